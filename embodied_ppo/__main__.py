@@ -1,0 +1,6 @@
+"""`python -m embodied_ppo ...` is the same as the `embodied-ppo` command."""
+
+from embodied_ppo.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Rollout storage, preallocated on the training device, and the minibatch iterator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+
+class RolloutBuffer:
+    """Fixed-size (T, N, ...) storage for one rollout.
+
+    `next_values[t]` is the value of the state that followed step t: V(s_{t+1}) inside an episode,
+    V(final_obs) on a truncation, anything on a termination (it is multiplied by 0 there).
+    """
+
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_dim: int,
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        self.num_steps, self.num_envs, self.device = num_steps, num_envs, device
+        T, N = num_steps, num_envs
+
+        def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        self.obs = zeros(T, N, obs_dim)
+        self.actions = zeros(T, N, *action_shape, dtype=action_dtype)
+        self.logprobs = zeros(T, N)
+        self.values = zeros(T, N)
+        self.next_values = zeros(T, N)
+        self.final_values = zeros(T, N)  # V(final_obs) where the episode was truncated at step t
+        self.truncated = zeros(T, N, dtype=torch.bool)  # truncated and not terminated at step t
+        self.rewards = zeros(T, N)  # scaled rewards, what the learner optimizes
+        self.terminated = zeros(T, N)  # 1.0 where the episode terminated at step t
+        self.ends = zeros(T, N)  # 1.0 where the episode ended (terminated or truncated) at step t
+        self.advantages = zeros(T, N)
+        self.returns = zeros(T, N)
+
+    def finalize_next_values(self, last_values: torch.Tensor) -> None:
+        """Fill `next_values` from the stored values, V(s_T) = `last_values` and truncations."""
+        self.next_values[:-1] = self.values[1:]
+        self.next_values[-1] = last_values
+        self.next_values.copy_(torch.where(self.truncated, self.final_values, self.next_values))
+
+    @property
+    def size(self) -> int:
+        return self.num_steps * self.num_envs
+
+    def flat(self, *names: str) -> dict[str, torch.Tensor]:
+        """Views of the named fields with (T, N) flattened to (T*N,)."""
+        return {n: getattr(self, n).reshape(self.size, *getattr(self, n).shape[2:]) for n in names}
+
+
+def minibatch_indices(
+    batch_size: int, minibatch_size: int, generator: torch.Generator, device: torch.device
+) -> Iterator[torch.Tensor]:
+    """One epoch of shuffled index tensors; every index appears exactly once.
+
+    The permutation is drawn on the CPU generator (reproducible across devices) and moved once.
+    """
+    perm = torch.randperm(batch_size, generator=generator).to(device, non_blocking=True)
+    for start in range(0, batch_size, minibatch_size):
+        yield perm[start : start + minibatch_size]

@@ -1,0 +1,164 @@
+"""Command line: `embodied-ppo train CONFIG [KEY.PATH=VALUE ...]` and `--resume RUN_DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from embodied_ppo.errors import ConfigError, UserError
+
+# Keys that may change when a run resumes: they change when or how it runs, not what it learns.
+RESUMABLE_KEYS = {
+    "trainer.total_steps",
+    "trainer.log_interval",
+    "trainer.checkpoint_interval",
+    "trainer.device",
+    "trainer.torch_threads",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise UserError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="embodied-ppo", description="PPO for embodied and continuous-control RL.")
+    from embodied_ppo import __version__
+
+    parser.add_argument("--version", action="version", version=f"embodied-ppo {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    train = sub.add_parser(
+        "train",
+        help="train a policy from a YAML config",
+        description="Train from CONFIG with dotted overrides, e.g. "
+        "`embodied-ppo train configs/hopper.yaml algorithm.clip_ratio_high=0.28 trainer.seed=3`, "
+        "or continue a run with `embodied-ppo train --resume RUN_DIR`.",
+    )
+    train.add_argument("config", nargs="?", help="YAML config file (omit with --resume)")
+    train.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="config overrides")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    return parser
+
+
+def _default_run_dir(config_path: str | None, seed: int) -> Path:
+    stem = Path(config_path).stem if config_path else "run"
+    return Path("runs") / f"{stem}-seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _prepare_new_run(config_path: str, overrides: list[str]):
+    from embodied_ppo.config import dump_yaml, load_config
+    from embodied_ppo.envs import space_info
+    from embodied_ppo.trainer import model_spec, resolve_device
+
+    cfg = load_config(config_path, overrides)
+    info = space_info(cfg.env)  # unknown ids and unsupported spaces fail here, before any file
+    model_spec(cfg, info)
+    resolve_device(cfg.trainer.device)
+    run_dir = Path(cfg.trainer.run_dir) if cfg.trainer.run_dir else _default_run_dir(config_path, cfg.trainer.seed)
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise ConfigError(
+            f"trainer.run_dir: {str(run_dir)!r} already exists; continue it with "
+            f"`embodied-ppo train --resume {run_dir}` or choose another trainer.run_dir"
+        )
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"trainer.run_dir: cannot create {str(run_dir)!r}: {exc.strerror}") from None
+    cfg.trainer.run_dir = str(run_dir)
+    try:
+        from embodied_ppo.checkpoint import atomic_write_bytes
+
+        atomic_write_bytes(run_dir / "config.yaml", dump_yaml(cfg).encode())
+    except OSError as exc:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise ConfigError(f"trainer.run_dir: cannot write to {str(run_dir)!r}: {exc.strerror}") from None
+    return cfg, run_dir, created
+
+
+def _prepare_resume(run_dir_arg: str, overrides: list[str]):
+    from embodied_ppo.checkpoint import atomic_write_bytes, load_checkpoint
+    from embodied_ppo.config import dump_yaml, from_dict, load_yaml, parse_override
+    from embodied_ppo.config import apply_overrides as apply
+
+    run_dir = Path(run_dir_arg)
+    config_file = run_dir / "config.yaml"
+    if not config_file.is_file():
+        raise UserError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+    for text in overrides:
+        key = ".".join(parse_override(text)[0])
+        if key not in RESUMABLE_KEYS:
+            raise ConfigError(f"{key}: cannot change when resuming; allowed: {', '.join(sorted(RESUMABLE_KEYS))}")
+    saved = load_yaml(config_file)
+    cfg = from_dict(apply(saved, overrides))
+    state = load_checkpoint(run_dir)
+    ckpt_cfg = state.get("config")
+    if not isinstance(ckpt_cfg, dict) or _strip(ckpt_cfg) != _strip(from_dict(saved).to_dict()):
+        raise UserError(f"--resume {run_dir}: the latest checkpoint was not written by this run's config")
+    if overrides:
+        atomic_write_bytes(config_file, dump_yaml(cfg).encode())
+    return cfg, run_dir, state
+
+
+def _strip(d: dict) -> dict:
+    """A config dict without the keys that may change on resume."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()}
+    for key in RESUMABLE_KEYS | {"trainer.run_dir"}:
+        block, name = key.split(".")
+        if isinstance(out.get(block), dict):
+            out[block].pop(name, None)
+    return out
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from embodied_ppo.trainer import Trainer
+
+    if args.resume:
+        overrides = ([args.config] if args.config else []) + args.overrides
+        cfg, run_dir, state = _prepare_resume(args.resume, overrides)
+        if state["global_step"] >= cfg.trainer.total_steps:
+            print(f"{run_dir}: already trained to {state['global_step']:,} steps (trainer.total_steps={cfg.trainer.total_steps:,})")
+            return 0
+        trainer = Trainer(cfg, run_dir, resume=state)
+        print(f"resuming {run_dir} at step {trainer.global_step:,} (iteration {trainer.iteration})")
+    else:
+        if not args.config:
+            raise UserError("train: give a config file, e.g. `embodied-ppo train configs/cartpole.yaml`, or --resume RUN_DIR")
+        cfg, run_dir, created = _prepare_new_run(args.config, args.overrides)
+        try:
+            trainer = Trainer(cfg, run_dir)
+        except BaseException:
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        print(f"training {cfg.env.id} for {cfg.trainer.total_steps:,} steps on {trainer.device} -> {run_dir}")
+        print(f"  tensorboard --logdir {run_dir.parent}")
+    try:
+        summary = trainer.train()
+    except KeyboardInterrupt:
+        last = trainer.last_checkpoint or "no checkpoint yet"
+        print(f"\ninterrupted; last checkpoint: {last}; continue with `embodied-ppo train --resume {run_dir}`", file=sys.stderr)
+        return 130
+    ret = summary.get("charts/episodic_return")
+    print(f"done: {summary['global_step']:,} steps" + (f", last mean episodic return {ret:.2f}" if ret is not None else ""))
+    print(f"checkpoint: {trainer.last_checkpoint}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            sys.exit(2)
+        code = {"train": cmd_train}[args.command](args)
+    except UserError as exc:
+        print(f"embodied-ppo: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    sys.exit(code)

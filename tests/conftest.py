@@ -1,0 +1,31 @@
+"""Shared fixtures: small configs and a tiny trained run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from embodied_ppo.config import Config, from_dict
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+torch.set_num_threads(1)
+
+
+def tiny_config(env_id: str = "CartPole-v1", **blocks: dict) -> Config:
+    """A fast config: 2 envs x 16 steps, small MLP, a few hundred steps."""
+    data: dict = {
+        "env": {"id": env_id, "num_envs": 2},
+        "model": {"hidden_sizes": [16, 16]},
+        "algorithm": {"rollout_steps": 16, "update_epochs": 2, "minibatch_size": 8},
+        "trainer": {"total_steps": 128, "seed": 0, "device": "cpu"},
+    }
+    for block, values in blocks.items():
+        data.setdefault(block, {}).update(values)
+    return from_dict(data)
+
+
+@pytest.fixture
+def make_config():
+    return tiny_config

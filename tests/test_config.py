@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import pytest
+
+from embodied_ppo.config import Config, apply_overrides, dump_yaml, from_dict, load_config, load_yaml
+from embodied_ppo.errors import ConfigError
+
+BASE = {"env": {"id": "CartPole-v1"}}
+
+
+def cfg_with(**blocks):
+    data = {"env": {"id": "CartPole-v1"}}
+    for block, values in blocks.items():
+        data.setdefault(block, {}).update(values)
+    return from_dict(data)
+
+
+def test_defaults_and_source_block_keys_exist():
+    cfg = cfg_with()
+    a = cfg.algorithm
+    # Every key of the source documents' embodied `algorithm:` block is a field.
+    for key in (
+        "normalize_advantages", "group_size", "adv_type", "loss_type", "loss_agg_func",
+        "rollout_micro_batch_size", "logprob_forward_micro_batch_size", "entropy_bonus",
+        "clip_ratio_high", "clip_ratio_low", "value_clip", "gamma", "gae_lambda", "huber_delta",
+        "clip_ratio_c",
+    ):
+        assert hasattr(a, key)
+    assert a.adv_type == "gae" and a.loss_type == "actor_critic" and a.loss_agg_func == "token-mean"
+    assert cfg.trainer.device == "auto"
+
+
+def test_source_block_loads_verbatim(tmp_path):
+    text = """
+env: {id: Pendulum-v1}
+algorithm:
+   normalize_advantages: True
+   group_size: 1
+   adv_type: gae
+   loss_type: actor_critic
+   loss_agg_func: "token-mean"
+   rollout_micro_batch_size: 256
+   logprob_forward_micro_batch_size: 16
+   entropy_bonus: 0
+   clip_ratio_high: 0.2
+   clip_ratio_low: 0.2
+   value_clip: 0.2
+   gamma: 0.99
+   gae_lambda: 0.95
+   huber_delta: 10.0
+"""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    cfg = load_config(path)
+    assert cfg.algorithm.rollout_micro_batch_size == 256
+    assert cfg.algorithm.entropy_bonus == 0.0 and isinstance(cfg.algorithm.entropy_bonus, float)
+
+
+def test_overrides_use_dotted_paths_and_yaml_values(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("env:\n  id: Hopper-v5\n")
+    cfg = load_config(path, ["algorithm.clip_ratio_high=0.28", "trainer.seed=3", "model.hidden_sizes=[32, 32]", "algorithm.value_clip=null"])
+    assert cfg.algorithm.clip_ratio_high == 0.28
+    assert cfg.trainer.seed == 3
+    assert cfg.model.hidden_sizes == [32, 32]
+    assert cfg.algorithm.value_clip is None
+
+
+def test_resolved_yaml_round_trips(tmp_path):
+    cfg = cfg_with(algorithm={"clip_ratio_c": 3.0})
+    path = tmp_path / "resolved.yaml"
+    path.write_text(dump_yaml(cfg))
+    again = load_config(path)
+    assert again == cfg
+
+
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        ({"algorithm": {"clip_ratio_hgih": 0.2}}, "algorithm.clip_ratio_hgih: unknown key; did you mean 'clip_ratio_high'"),
+        ({"algorithm": {"ppo_epochs": 4}}, "did you mean 'update_epochs'"),
+        ({"enviroment": {}}, "enviroment: unknown key; did you mean 'env'"),
+        ({"algorithm": {"gamma": "high"}}, "algorithm.gamma: got 'high', expected a number"),
+        ({"algorithm": {"update_epochs": 2.5}}, "algorithm.update_epochs: got 2.5, expected an integer"),
+        ({"env": {"num_envs": True}}, "env.num_envs: got true, expected an integer"),
+        ({"algorithm": {"normalize_advantages": "yes"}}, "algorithm.normalize_advantages: got 'yes', expected true/false"),
+        ({"algorithm": {"adv_type": "grpo"}}, "algorithm.adv_type: got 'grpo', allowed: gae"),
+        ({"model": {"activation": "tahn"}}, "did you mean 'tanh'"),
+        ({"algorithm": {"gamma": 1.5}}, "algorithm.gamma: got 1.5, expected a number in [0, 1]"),
+        ({"algorithm": {"clip_ratio_c": 0.5}}, "algorithm.clip_ratio_c: got 0.5"),
+        ({"algorithm": {"group_size": 4}}, "algorithm.group_size: got 4"),
+        ({"algorithm": {"minibatch_size": 100}}, "algorithm.minibatch_size: got 100, expected a divisor"),
+        ({"algorithm": {"micro_batch_size": 1024}}, "algorithm.micro_batch_size: got 1024"),
+        ({"env": {"num_envs": 0}}, "env.num_envs: got 0"),
+        ({"trainer": {"device": "tpu"}}, "trainer.device: got 'tpu', allowed: auto | cpu | cuda | cuda:N"),
+        ({"model": {"hidden_sizes": [64, -1]}}, "model.hidden_sizes[1]: got -1"),
+        ({"model": {"hidden_sizes": 64}}, "model.hidden_sizes: got 64, expected a list of an integer"),
+        ({"optim": {"lr": float("nan")}}, "optim.lr: got .nan, expected a finite number"),
+        ({"trainer": {"total_steps": 0}}, "trainer.total_steps: got 0"),
+        ({"env": {"id": None}}, "env.id: required"),
+        ({"algorithm": 3}, "algorithm: got 3, expected a mapping"),
+    ],
+)
+def test_config_errors_name_key_value_and_allowed(data, fragment):
+    merged = {"env": {"id": "CartPole-v1"}}
+    for block, values in data.items():
+        if isinstance(values, dict) and isinstance(merged.get(block), dict):
+            merged[block] = {**merged[block], **values}
+        else:
+            merged[block] = values
+    with pytest.raises(ConfigError) as info:
+        from_dict(merged)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("trainer.seed", "expected KEY.PATH=VALUE"),
+        ("=3", "expected KEY.PATH=VALUE"),
+        ("trainer..seed=3", "expected KEY.PATH=VALUE"),
+        ("algorithm.gamma=[1, ", "is not valid YAML"),
+        ("trainer.seed.x=1", "trainer.seed is not a block"),
+    ],
+)
+def test_bad_overrides(override, fragment):
+    data = {"env": {"id": "CartPole-v1"}, "trainer": {"seed": 1}}
+    with pytest.raises(ConfigError, match="override") as info:
+        apply_overrides(data, [override])
+    assert fragment in str(info.value)
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("env:\n  id: CartPole-v1\n  num_envs: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"line \d+"):
+        load_yaml(path)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_yaml(tmp_path / "nope.yaml")
+
+
+def test_int_widened_to_float_but_not_bool():
+    cfg = cfg_with(optim={"lr": 1})
+    assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
+    with pytest.raises(ConfigError):
+        cfg_with(optim={"lr": True})
+
+
+def test_batch_properties():
+    cfg = cfg_with(env={"num_envs": 4}, algorithm={"rollout_steps": 8, "minibatch_size": 16}, trainer={"total_steps": 100})
+    assert cfg.batch_size == 32
+    assert cfg.num_iterations == 4
+    assert isinstance(cfg, Config)
