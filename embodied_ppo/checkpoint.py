@@ -6,6 +6,7 @@ import io
 import os
 import pickle
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -108,12 +109,18 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     """Load a checkpoint with weights_only=True; anything else is a one-line CheckpointError."""
     path = resolve_checkpoint(path)
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # foreign pickles may warn about their protocol first
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsupported content"
-        raise CheckpointError(f"{path}: refused to load, it holds more than tensors and plain data ({first[:200]})") from None
+        raise CheckpointError(
+            f"{path}: refused to load, it holds more than tensors and plain data ({first[:200]})"
+        ) from None
     except (zipfile.BadZipFile, EOFError, RuntimeError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt: {type(exc).__name__})") from None
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (truncated or corrupt: {type(exc).__name__})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an embodied-ppo checkpoint")
     if state.get("format_version") != FORMAT_VERSION:

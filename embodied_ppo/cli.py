@@ -83,8 +83,8 @@ def _prepare_new_run(config_path: str, overrides: list[str]):
 
 def _prepare_resume(run_dir_arg: str, overrides: list[str]):
     from embodied_ppo.checkpoint import atomic_write_bytes, load_checkpoint
-    from embodied_ppo.config import dump_yaml, from_dict, load_yaml, parse_override
     from embodied_ppo.config import apply_overrides as apply
+    from embodied_ppo.config import dump_yaml, from_dict, load_yaml, parse_override
 
     run_dir = Path(run_dir_arg)
     config_file = run_dir / "config.yaml"

@@ -61,7 +61,12 @@ class Collector:
         return tuple(torch.cat(p) for p in zip(*parts))  # type: ignore[return-value]
 
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.policy.value(obs[i : i + self.micro_batch]) for i in range(0, obs.shape[0], self.micro_batch)])
+        return torch.cat(
+            [
+                self.policy.value(obs[i : i + self.micro_batch])
+                for i in range(0, obs.shape[0], self.micro_batch)
+            ]
+        )
 
     @torch.inference_mode()
     def collect(self) -> RolloutStats:

@@ -99,6 +99,12 @@ class TrainerConfig:
     log_interval: int = 1
     checkpoint_interval: int = 10
     torch_threads: int | None = None
+    # Evaluation during training: deterministic episodes every eval_interval iterations (and
+    # after the last); null turns it off. A video of the first episode every video_interval
+    # evaluations (null: no videos).
+    eval_interval: int | None = None
+    eval_episodes: int = 10
+    video_interval: int | None = None
 
 
 @dataclass
@@ -146,7 +152,11 @@ _ALIASES = {
 
 
 def _fmt(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    return (
+        repr(value)
+        if isinstance(value, str)
+        else yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    )
 
 
 def _type_name(tp: Any) -> str:
@@ -154,12 +164,16 @@ def _type_name(tp: Any) -> str:
     if origin is Literal:
         return " | ".join(str(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
+        return " or ".join(
+            "null" if a is type(None) else _type_name(a) for a in typing.get_args(tp)
+        )
     if origin is list:
         return f"a list of {_type_name(typing.get_args(tp)[0])}"
     if tp is dict or origin is dict:
         return "a mapping"
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, str(tp)
+    )
 
 
 def _coerce(value: Any, tp: Any, path: str) -> Any:
@@ -267,7 +281,9 @@ def validate(cfg: Config) -> Config:
     )
     for name in ("clip_obs", "clip_reward"):
         value = getattr(e, name)
-        _check(value is None or value > 0, f"env.{name}: got {value}, expected null or a number > 0")
+        _check(
+            value is None or value > 0, f"env.{name}: got {value}, expected null or a number > 0"
+        )
 
     _check(len(m.hidden_sizes) >= 1, "model.hidden_sizes: got [], expected at least one layer size")
     for i, h in enumerate(m.hidden_sizes):
@@ -281,15 +297,24 @@ def validate(cfg: Config) -> Config:
         a.group_size == 1,
         f"algorithm.group_size: got {a.group_size}, only 1 is supported with adv_type 'gae'",
     )
-    for name in ("rollout_micro_batch_size", "logprob_forward_micro_batch_size", "micro_batch_size"):
+    for name in (
+        "rollout_micro_batch_size",
+        "logprob_forward_micro_batch_size",
+        "micro_batch_size",
+    ):
         value = getattr(a, name)
-        _check(value is None or value >= 1, f"algorithm.{name}: got {value}, expected null or an integer >= 1")
+        _check(
+            value is None or value >= 1,
+            f"algorithm.{name}: got {value}, expected null or an integer >= 1",
+        )
     _check(a.entropy_bonus >= 0, f"algorithm.entropy_bonus: got {a.entropy_bonus}, expected >= 0")
     _check(
         0 < a.clip_ratio_low < 1,
         f"algorithm.clip_ratio_low: got {a.clip_ratio_low}, expected a number in (0, 1)",
     )
-    _check(a.clip_ratio_high > 0, f"algorithm.clip_ratio_high: got {a.clip_ratio_high}, expected > 0")
+    _check(
+        a.clip_ratio_high > 0, f"algorithm.clip_ratio_high: got {a.clip_ratio_high}, expected > 0"
+    )
     _check(
         a.clip_ratio_c is None or a.clip_ratio_c > 1,
         f"algorithm.clip_ratio_c: got {a.clip_ratio_c}, expected null (dual clip off) or a number > 1",
@@ -303,10 +328,21 @@ def validate(cfg: Config) -> Config:
         f"algorithm.huber_delta: got {a.huber_delta}, expected null (squared error) or a number > 0",
     )
     _check(0 <= a.gamma <= 1, f"algorithm.gamma: got {a.gamma}, expected a number in [0, 1]")
-    _check(0 <= a.gae_lambda <= 1, f"algorithm.gae_lambda: got {a.gae_lambda}, expected a number in [0, 1]")
-    _check(a.rollout_steps >= 1, f"algorithm.rollout_steps: got {a.rollout_steps}, expected an integer >= 1")
-    _check(a.update_epochs >= 1, f"algorithm.update_epochs: got {a.update_epochs}, expected an integer >= 1")
-    _check(a.value_loss_coef >= 0, f"algorithm.value_loss_coef: got {a.value_loss_coef}, expected >= 0")
+    _check(
+        0 <= a.gae_lambda <= 1,
+        f"algorithm.gae_lambda: got {a.gae_lambda}, expected a number in [0, 1]",
+    )
+    _check(
+        a.rollout_steps >= 1,
+        f"algorithm.rollout_steps: got {a.rollout_steps}, expected an integer >= 1",
+    )
+    _check(
+        a.update_epochs >= 1,
+        f"algorithm.update_epochs: got {a.update_epochs}, expected an integer >= 1",
+    )
+    _check(
+        a.value_loss_coef >= 0, f"algorithm.value_loss_coef: got {a.value_loss_coef}, expected >= 0"
+    )
     batch = cfg.batch_size
     _check(
         1 <= a.minibatch_size <= batch and batch % a.minibatch_size == 0,
@@ -326,13 +362,17 @@ def validate(cfg: Config) -> Config:
         f"optim.max_grad_norm: got {o.max_grad_norm}, expected null (no clipping) or a number > 0",
     )
 
-    _check(t.total_steps >= 1, f"trainer.total_steps: got {t.total_steps}, expected an integer >= 1")
+    _check(
+        t.total_steps >= 1, f"trainer.total_steps: got {t.total_steps}, expected an integer >= 1"
+    )
     _check(0 <= t.seed < 2**63, f"trainer.seed: got {t.seed}, expected an integer in [0, 2^63)")
     _check(
         bool(_DEVICE_RE.match(t.device)),
         f"trainer.device: got {t.device!r}, allowed: auto | cpu | cuda | cuda:N",
     )
-    _check(t.log_interval >= 1, f"trainer.log_interval: got {t.log_interval}, expected an integer >= 1")
+    _check(
+        t.log_interval >= 1, f"trainer.log_interval: got {t.log_interval}, expected an integer >= 1"
+    )
     _check(
         t.checkpoint_interval >= 1,
         f"trainer.checkpoint_interval: got {t.checkpoint_interval}, expected an integer >= 1",
@@ -340,6 +380,20 @@ def validate(cfg: Config) -> Config:
     _check(
         t.torch_threads is None or t.torch_threads >= 1,
         f"trainer.torch_threads: got {t.torch_threads}, expected null or an integer >= 1",
+    )
+    _check(
+        t.eval_interval is None or t.eval_interval >= 1,
+        f"trainer.eval_interval: got {t.eval_interval}, expected null (no evaluation) or an integer >= 1",
+    )
+    _check(t.eval_episodes >= 1, f"trainer.eval_episodes: got {t.eval_episodes}, expected an integer >= 1")
+    _check(
+        t.video_interval is None or t.video_interval >= 1,
+        f"trainer.video_interval: got {t.video_interval}, expected null (no videos) or an integer >= 1",
+    )
+    _check(
+        t.video_interval is None or t.eval_interval is not None,
+        f"trainer.video_interval: got {t.video_interval} but trainer.eval_interval is null; "
+        "videos are recorded during evaluation, so set trainer.eval_interval too",
     )
     return cfg
 
@@ -408,7 +462,9 @@ def load_yaml(path: str | Path) -> dict:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of blocks (env:, model:, ...), got {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping of blocks (env:, model:, ...), got {type(data).__name__}"
+        )
     return data
 
 

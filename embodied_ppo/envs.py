@@ -36,7 +36,11 @@ def env_seeds(seed: int, num_envs: int, offset: int = 0, generation: int = 0) ->
     `generation` gives a fresh, still deterministic, set of seeds (used when a run resumes).
     """
     return [
-        int(np.random.SeedSequence(seed, spawn_key=(offset + k, generation)).generate_state(1, np.uint32)[0])
+        int(
+            np.random.SeedSequence(seed, spawn_key=(offset + k, generation)).generate_state(
+                1, np.uint32
+            )[0]
+        )
         for k in range(num_envs)
     ]
 
@@ -65,7 +69,9 @@ def space_info(cfg: EnvConfig) -> SpaceInfo:
     try:
         env = _make_one(cfg)
     except TypeError as exc:
-        raise ConfigError(f"env.kwargs: {cfg.id} rejected the arguments {cfg.kwargs}: {exc}") from None
+        raise ConfigError(
+            f"env.kwargs: {cfg.id} rejected the arguments {cfg.kwargs}: {exc}"
+        ) from None
     try:
         return _space_info(env.observation_space, env.action_space, cfg.id)
     finally:
@@ -79,10 +85,14 @@ def _space_info(obs_space: gym.Space, act_space: gym.Space, env_id: str) -> Spac
         )
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
         low, high = act_space.low.astype(np.float64), act_space.high.astype(np.float64)
-        return SpaceInfo(obs_space.shape[0], "gaussian", act_space.shape[0], low.tolist(), high.tolist())
+        return SpaceInfo(
+            obs_space.shape[0], "gaussian", act_space.shape[0], low.tolist(), high.tolist()
+        )
     if isinstance(act_space, gym.spaces.Discrete):
         if int(act_space.start) != 0:
-            raise ConfigError(f"env.id: {env_id} has Discrete actions starting at {act_space.start}; only 0-based is supported")
+            raise ConfigError(
+                f"env.id: {env_id} has Discrete actions starting at {act_space.start}; only 0-based is supported"
+            )
         return SpaceInfo(obs_space.shape[0], "categorical", int(act_space.n), None, None)
     raise ConfigError(
         f"env.id: {env_id} has action space {act_space}; supported: flat Box (Gaussian head) or Discrete (categorical head)"
@@ -115,7 +125,9 @@ class VecEnv:
             self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(fns, **mode)
         else:
             self.env = gym.vector.SyncVectorEnv(fns, **mode)
-        self.info = _space_info(self.env.single_observation_space, self.env.single_action_space, cfg.id)
+        self.info = _space_info(
+            self.env.single_observation_space, self.env.single_action_space, cfg.id
+        )
         if self.info.action_kind == "gaussian":
             self._low = np.asarray(self.info.action_low, dtype=np.float32)
             self._high = np.asarray(self.info.action_high, dtype=np.float32)

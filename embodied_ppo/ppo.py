@@ -70,12 +70,17 @@ class PPOUpdate:
         sums: dict[str, torch.Tensor] = {}
         num_steps = 0
         for epoch in range(a.update_epochs):
-            for k, idx in enumerate(minibatch_indices(size, a.minibatch_size, self.generator, device)):
+            for k, idx in enumerate(
+                minibatch_indices(size, a.minibatch_size, self.generator, device)
+            ):
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_metrics: dict[str, torch.Tensor] = {}
+                mb_loss = torch.zeros((), device=device)
                 for start in range(0, idx.shape[0], micro):
                     j = idx[start : start + micro]
-                    logprob, entropy, value, dist = self.policy.evaluate(batch["obs"][j], batch["actions"][j])
+                    logprob, entropy, value, dist = self.policy.evaluate(
+                        batch["obs"][j], batch["actions"][j]
+                    )
                     loss, metrics = actor_critic_loss(
                         logprob,
                         batch["logprobs"][j],
@@ -94,12 +99,14 @@ class PPOUpdate:
                         denom=float(idx.shape[0]),
                     )
                     loss.backward()
+                    mb_loss += loss.detach()
                     if isinstance(dist, DiagGaussian):
                         metrics["std"] = dist.std.detach().mean(dim=-1).sum() / idx.shape[0]
                     for name, v in metrics.items():
                         mb_metrics[name] = mb_metrics.get(name, 0.0) + v
                 grad_norm = self._clip_grads()
-                if not torch.isfinite(grad_norm):
+                # A non-finite loss can still give finite (e.g. Huber-bounded) gradients: check both.
+                if not torch.isfinite(grad_norm + mb_loss):
                     raise NonFiniteError(self._culprit(mb_metrics), epoch, k)
                 self.optimizer.step()
                 mb_metrics["grad_norm"] = grad_norm

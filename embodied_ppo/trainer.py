@@ -37,10 +37,14 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"trainer.device: got {name!r} but no CUDA device is available; use auto or cpu")
+            raise ConfigError(
+                f"trainer.device: got {name!r} but no CUDA device is available; use auto or cpu"
+            )
         index = int(name.split(":")[1]) if ":" in name else 0
         if index >= torch.cuda.device_count():
-            raise ConfigError(f"trainer.device: got {name!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
+            raise ConfigError(
+                f"trainer.device: got {name!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
+            )
     return torch.device(name)
 
 
@@ -80,7 +84,12 @@ def rng_state(shuffle: torch.Generator) -> dict[str, Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
         "torch": torch.get_rng_state(),
         "shuffle": shuffle.get_state(),
     }
@@ -93,10 +102,22 @@ def set_rng_state(state: dict[str, Any], shuffle: torch.Generator) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = state["numpy"]
-    np.random.set_state(("MT19937", np_state["keys"].numpy().astype(np.uint32), np_state["pos"], np_state["has_gauss"], np_state["cached"]))
+    np.random.set_state(
+        (
+            "MT19937",
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached"],
+        )
+    )
     torch.set_rng_state(state["torch"])
     shuffle.set_state(state["shuffle"])
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+    if (
+        "cuda" in state
+        and torch.cuda.is_available()
+        and len(state["cuda"]) == torch.cuda.device_count()
+    ):
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
@@ -104,13 +125,21 @@ class MetricsLogger:
     """metrics.jsonl (one object per logged iteration) plus TensorBoard event files."""
 
     def __init__(self, run_dir: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter  # imported here: deployments never need it
+        from torch.utils.tensorboard import (
+            SummaryWriter,  # imported here: deployments never need it
+        )
 
         self.writer = SummaryWriter(log_dir=str(run_dir))
         self.file = open(run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (lives with the logger)
 
-    def log(self, global_step: int, iteration: int, wall_time: float, scalars: dict[str, float]) -> None:
-        record: dict[str, Any] = {"global_step": global_step, "iteration": iteration, "time": round(wall_time, 3)}
+    def log(
+        self, global_step: int, iteration: int, wall_time: float, scalars: dict[str, float]
+    ) -> None:
+        record: dict[str, Any] = {
+            "global_step": global_step,
+            "iteration": iteration,
+            "time": round(wall_time, 3),
+        }
         for tag, value in scalars.items():
             finite = value is not None and math.isfinite(value)
             record[tag] = value if finite else None
@@ -162,7 +191,13 @@ def _duration(seconds: float) -> str:
 class Trainer:
     """Owns the envs, policy, buffer and optimizer of one run and trains it."""
 
-    def __init__(self, cfg: Config, run_dir: Path, resume: dict[str, Any] | None = None, progress_stream: Any = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        resume: dict[str, Any] | None = None,
+        progress_stream: Any = None,
+    ) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.device = resolve_device(cfg.trainer.device)
         if cfg.trainer.torch_threads is not None:
@@ -170,6 +205,12 @@ class Trainer:
         seed_everything(cfg.trainer.seed)
         a, e = cfg.algorithm, cfg.env
 
+        # Built before the training envs: with videos it picks the headless GL backend first.
+        self.evaluator = None
+        if cfg.trainer.eval_interval is not None:
+            from embodied_ppo.evaluate import PeriodicEvaluator
+
+            self.evaluator = PeriodicEvaluator(cfg, self.run_dir)
         self.envs = VecEnv(e, cfg.trainer.seed)
         self.info = self.envs.info
         self.policy = ActorCritic(model_spec(cfg, self.info)).to(self.device)
@@ -182,8 +223,17 @@ class Trainer:
             torch.float32 if gaussian else torch.int64,
             self.device,
         )
-        self.reward_scaler = RewardScaler(e.num_envs, a.gamma, e.normalize_reward, e.clip_reward).to(self.device)
-        self.collector = Collector(self.envs, self.policy, self.buffer, self.reward_scaler, self.device, a.rollout_micro_batch_size)
+        self.reward_scaler = RewardScaler(
+            e.num_envs, a.gamma, e.normalize_reward, e.clip_reward
+        ).to(self.device)
+        self.collector = Collector(
+            self.envs,
+            self.policy,
+            self.buffer,
+            self.reward_scaler,
+            self.device,
+            a.rollout_micro_batch_size,
+        )
         self.optimizer = make_optimizer(self.policy, cfg.optim)
         self.shuffle = torch.Generator().manual_seed(cfg.trainer.seed)
         self.updater = PPOUpdate(self.policy, a, cfg.optim, self.optimizer, self.shuffle)
@@ -193,7 +243,11 @@ class Trainer:
         if resume is not None:
             self._restore(resume)
         # A fresh run resets with the run's seeds; a resumed one with seeds of its iteration.
-        self.collector.reset(None if self.iteration == 0 else env_seeds(cfg.trainer.seed, e.num_envs, generation=self.iteration))
+        self.collector.reset(
+            None
+            if self.iteration == 0
+            else env_seeds(cfg.trainer.seed, e.num_envs, generation=self.iteration)
+        )
         self.progress = Progress(cfg.trainer.total_steps, progress_stream)
 
     # ----------------------------------------------------------------------------------- loop
@@ -214,7 +268,15 @@ class Trainer:
                 t1 = time.perf_counter()
 
                 buf = self.buffer
-                adv, ret = gae(buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends, a.gamma, a.gae_lambda)
+                adv, ret = gae(
+                    buf.rewards,
+                    buf.values,
+                    buf.next_values,
+                    buf.terminated,
+                    buf.ends,
+                    a.gamma,
+                    a.gae_lambda,
+                )
                 buf.returns.copy_(ret)
                 buf.advantages.copy_(normalize(adv) if a.normalize_advantages else adv)
                 batch = buf.flat(*BATCH_FIELDS)
@@ -234,23 +296,55 @@ class Trainer:
                 self.recent_returns.extend(stats.episode_returns)
                 sps = (self.global_step - start_step) / max(time.perf_counter() - start, 1e-9)
                 scalars = self._scalars(stats, metrics, lr, sps, t1 - t0, t2 - t1)
-                if self.iteration % cfg.trainer.log_interval == 0 or self.iteration == num_iterations:
-                    logger.log(self.global_step, self.iteration, time.perf_counter() - start, scalars)
-                if self.iteration % cfg.trainer.checkpoint_interval == 0 or self.iteration == num_iterations:
+                evaluated = self.evaluator is not None and self.evaluator.due(self.iteration, num_iterations)
+                if evaluated:
+                    scalars.update(self.evaluator.evaluate(self, num_iterations, logger.writer))
+                if (
+                    self.iteration % cfg.trainer.log_interval == 0
+                    or self.iteration == num_iterations
+                    or evaluated
+                ):
+                    logger.log(
+                        self.global_step, self.iteration, time.perf_counter() - start, scalars
+                    )
+                if (
+                    self.iteration % cfg.trainer.checkpoint_interval == 0
+                    or self.iteration == num_iterations
+                ):
                     self.save()
-                self.progress.update(self.global_step, sps, self.mean_recent_return(), final=self.iteration == num_iterations)
+                self.progress.update(
+                    self.global_step,
+                    sps,
+                    self.mean_recent_return(),
+                    final=self.iteration == num_iterations,
+                )
         finally:
             logger.close()
             self.envs.close()
+            if self.evaluator is not None:
+                self.evaluator.close()
         return {"global_step": self.global_step, "iteration": self.iteration, **scalars}
 
     def _recompute_logprobs(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Old log-probs under the current (pre-update) policy, in chunks of logprob_forward_micro_batch_size."""
         chunk = self.cfg.algorithm.logprob_forward_micro_batch_size or obs.shape[0]
         with torch.no_grad():
-            return torch.cat([self.policy.evaluate(obs[i : i + chunk], actions[i : i + chunk])[0] for i in range(0, obs.shape[0], chunk)])
+            return torch.cat(
+                [
+                    self.policy.evaluate(obs[i : i + chunk], actions[i : i + chunk])[0]
+                    for i in range(0, obs.shape[0], chunk)
+                ]
+            )
 
-    def _scalars(self, stats: Any, metrics: dict[str, float], lr: float, sps: float, t_collect: float, t_update: float) -> dict[str, float]:
+    def _scalars(
+        self,
+        stats: Any,
+        metrics: dict[str, float],
+        lr: float,
+        sps: float,
+        t_collect: float,
+        t_update: float,
+    ) -> dict[str, float]:
         buf = self.buffer
         out: dict[str, float] = {}
         if stats.episode_returns:
@@ -265,7 +359,9 @@ class Trainer:
             out["charts/reward_scale_std"] = float(torch.sqrt(self.reward_scaler.stats.var))
         for name, value in metrics.items():
             out[f"losses/{name}"] = value
-        out["losses/explained_variance"] = float(explained_variance(buf.values.flatten(), buf.returns.flatten()))
+        out["losses/explained_variance"] = float(
+            explained_variance(buf.values.flatten(), buf.returns.flatten())
+        )
         return out
 
     def mean_recent_return(self) -> float | None:
@@ -293,14 +389,18 @@ class Trainer:
 
     def _restore(self, state: dict[str, Any]) -> None:
         if state.get("model_spec") != self.policy.spec:
-            raise CheckpointError("checkpoint was written for a different environment or architecture than this config")
+            raise CheckpointError(
+                "checkpoint was written for a different environment or architecture than this config"
+            )
         try:
             self.policy.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.reward_scaler.load_state_dict(state["reward_scaler"])
             set_rng_state(state["rng"], self.shuffle)
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-            raise CheckpointError(f"checkpoint does not match this run: {str(exc).splitlines()[0]}") from None
+            raise CheckpointError(
+                f"checkpoint does not match this run: {str(exc).splitlines()[0]}"
+            ) from None
         self.global_step = int(state["global_step"])
         self.iteration = int(state["iteration"])
         self.recent_returns.extend(state.get("recent_returns", []))

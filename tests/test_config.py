@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from embodied_ppo.config import Config, apply_overrides, dump_yaml, from_dict, load_config, load_yaml
+from embodied_ppo.config import (
+    Config,
+    apply_overrides,
+    dump_yaml,
+    from_dict,
+    load_config,
+    load_yaml,
+)
 from embodied_ppo.errors import ConfigError
 
 BASE = {"env": {"id": "CartPole-v1"}}
@@ -20,9 +27,20 @@ def test_defaults_and_source_block_keys_exist():
     a = cfg.algorithm
     # Every key of the source documents' embodied `algorithm:` block is a field.
     for key in (
-        "normalize_advantages", "group_size", "adv_type", "loss_type", "loss_agg_func",
-        "rollout_micro_batch_size", "logprob_forward_micro_batch_size", "entropy_bonus",
-        "clip_ratio_high", "clip_ratio_low", "value_clip", "gamma", "gae_lambda", "huber_delta",
+        "normalize_advantages",
+        "group_size",
+        "adv_type",
+        "loss_type",
+        "loss_agg_func",
+        "rollout_micro_batch_size",
+        "logprob_forward_micro_batch_size",
+        "entropy_bonus",
+        "clip_ratio_high",
+        "clip_ratio_low",
+        "value_clip",
+        "gamma",
+        "gae_lambda",
+        "huber_delta",
         "clip_ratio_c",
     ):
         assert hasattr(a, key)
@@ -59,7 +77,15 @@ algorithm:
 def test_overrides_use_dotted_paths_and_yaml_values(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("env:\n  id: Hopper-v5\n")
-    cfg = load_config(path, ["algorithm.clip_ratio_high=0.28", "trainer.seed=3", "model.hidden_sizes=[32, 32]", "algorithm.value_clip=null"])
+    cfg = load_config(
+        path,
+        [
+            "algorithm.clip_ratio_high=0.28",
+            "trainer.seed=3",
+            "model.hidden_sizes=[32, 32]",
+            "algorithm.value_clip=null",
+        ],
+    )
     assert cfg.algorithm.clip_ratio_high == 0.28
     assert cfg.trainer.seed == 3
     assert cfg.model.hidden_sizes == [32, 32]
@@ -77,24 +103,42 @@ def test_resolved_yaml_round_trips(tmp_path):
 @pytest.mark.parametrize(
     "data, fragment",
     [
-        ({"algorithm": {"clip_ratio_hgih": 0.2}}, "algorithm.clip_ratio_hgih: unknown key; did you mean 'clip_ratio_high'"),
+        (
+            {"algorithm": {"clip_ratio_hgih": 0.2}},
+            "algorithm.clip_ratio_hgih: unknown key; did you mean 'clip_ratio_high'",
+        ),
         ({"algorithm": {"ppo_epochs": 4}}, "did you mean 'update_epochs'"),
         ({"enviroment": {}}, "enviroment: unknown key; did you mean 'env'"),
         ({"algorithm": {"gamma": "high"}}, "algorithm.gamma: got 'high', expected a number"),
-        ({"algorithm": {"update_epochs": 2.5}}, "algorithm.update_epochs: got 2.5, expected an integer"),
+        (
+            {"algorithm": {"update_epochs": 2.5}},
+            "algorithm.update_epochs: got 2.5, expected an integer",
+        ),
         ({"env": {"num_envs": True}}, "env.num_envs: got true, expected an integer"),
-        ({"algorithm": {"normalize_advantages": "yes"}}, "algorithm.normalize_advantages: got 'yes', expected true/false"),
+        (
+            {"algorithm": {"normalize_advantages": "yes"}},
+            "algorithm.normalize_advantages: got 'yes', expected true/false",
+        ),
         ({"algorithm": {"adv_type": "grpo"}}, "algorithm.adv_type: got 'grpo', allowed: gae"),
         ({"model": {"activation": "tahn"}}, "did you mean 'tanh'"),
         ({"algorithm": {"gamma": 1.5}}, "algorithm.gamma: got 1.5, expected a number in [0, 1]"),
         ({"algorithm": {"clip_ratio_c": 0.5}}, "algorithm.clip_ratio_c: got 0.5"),
         ({"algorithm": {"group_size": 4}}, "algorithm.group_size: got 4"),
-        ({"algorithm": {"minibatch_size": 100}}, "algorithm.minibatch_size: got 100, expected a divisor"),
+        (
+            {"algorithm": {"minibatch_size": 100}},
+            "algorithm.minibatch_size: got 100, expected a divisor",
+        ),
         ({"algorithm": {"micro_batch_size": 1024}}, "algorithm.micro_batch_size: got 1024"),
         ({"env": {"num_envs": 0}}, "env.num_envs: got 0"),
-        ({"trainer": {"device": "tpu"}}, "trainer.device: got 'tpu', allowed: auto | cpu | cuda | cuda:N"),
+        (
+            {"trainer": {"device": "tpu"}},
+            "trainer.device: got 'tpu', allowed: auto | cpu | cuda | cuda:N",
+        ),
         ({"model": {"hidden_sizes": [64, -1]}}, "model.hidden_sizes[1]: got -1"),
-        ({"model": {"hidden_sizes": 64}}, "model.hidden_sizes: got 64, expected a list of an integer"),
+        (
+            {"model": {"hidden_sizes": 64}},
+            "model.hidden_sizes: got 64, expected a list of an integer",
+        ),
         ({"optim": {"lr": float("nan")}}, "optim.lr: got .nan, expected a finite number"),
         ({"trainer": {"total_steps": 0}}, "trainer.total_steps: got 0"),
         ({"env": {"id": None}}, "env.id: required"),
@@ -152,7 +196,11 @@ def test_int_widened_to_float_but_not_bool():
 
 
 def test_batch_properties():
-    cfg = cfg_with(env={"num_envs": 4}, algorithm={"rollout_steps": 8, "minibatch_size": 16}, trainer={"total_steps": 100})
+    cfg = cfg_with(
+        env={"num_envs": 4},
+        algorithm={"rollout_steps": 8, "minibatch_size": 16},
+        trainer={"total_steps": 100},
+    )
     assert cfg.batch_size == 32
     assert cfg.num_iterations == 4
     assert isinstance(cfg, Config)

@@ -9,7 +9,15 @@ import torch
 
 from embodied_ppo.losses import actor_critic_loss, explained_variance, value_error
 
-KW = dict(clip_ratio_low=0.2, clip_ratio_high=0.3, clip_ratio_c=None, value_clip=None, huber_delta=None, entropy_bonus=0.0, value_loss_coef=0.0)
+KW = dict(
+    clip_ratio_low=0.2,
+    clip_ratio_high=0.3,
+    clip_ratio_c=None,
+    value_clip=None,
+    huber_delta=None,
+    entropy_bonus=0.0,
+    value_loss_coef=0.0,
+)
 
 
 def policy_only(ratio, adv, **kw):
@@ -66,7 +74,16 @@ def value_only(v, v_old, ret, value_clip, huber_delta):
     v = torch.tensor(v, dtype=torch.float64)
     kw = {**KW, "value_clip": value_clip, "huber_delta": huber_delta, "value_loss_coef": 1.0}
     zeros = torch.zeros_like(v)
-    return actor_critic_loss(zeros, zeros, zeros, v, torch.tensor(v_old, dtype=torch.float64), torch.tensor(ret, dtype=torch.float64), zeros, **kw)
+    return actor_critic_loss(
+        zeros,
+        zeros,
+        zeros,
+        v,
+        torch.tensor(v_old, dtype=torch.float64),
+        torch.tensor(ret, dtype=torch.float64),
+        zeros,
+        **kw,
+    )
 
 
 def test_value_loss_squared_error_without_clip():
@@ -111,7 +128,9 @@ def test_entropy_bonus_sign_lowers_loss_for_higher_entropy():
     assert loss.item() == pytest.approx(-0.1 * 2.0)
     # Gradient descent on the loss increases entropy.
     ent = torch.tensor([1.0], requires_grad=True)
-    loss, _ = actor_critic_loss(zeros[:1], zeros[:1], zeros[:1], zeros[:1], zeros[:1], zeros[:1], ent, **kw)
+    loss, _ = actor_critic_loss(
+        zeros[:1], zeros[:1], zeros[:1], zeros[:1], zeros[:1], zeros[:1], ent, **kw
+    )
     loss.backward()
     assert ent.grad.item() < 0
 
@@ -141,7 +160,14 @@ def test_denom_splits_token_mean_across_micro_batches():
     n = 10
     args = [torch.randn(n) for _ in range(7)]
     args[6] = args[6].abs()
-    kw = {**KW, "value_clip": 0.2, "huber_delta": 1.0, "value_loss_coef": 0.5, "entropy_bonus": 0.01, "clip_ratio_c": 3.0}
+    kw = {
+        **KW,
+        "value_clip": 0.2,
+        "huber_delta": 1.0,
+        "value_loss_coef": 0.5,
+        "entropy_bonus": 0.01,
+        "clip_ratio_c": 3.0,
+    }
     full, fm = actor_critic_loss(*args, **kw)
     a, am = actor_critic_loss(*[x[:4] for x in args], denom=n, **kw)
     b, bm = actor_critic_loss(*[x[4:] for x in args], denom=n, **kw)

@@ -38,7 +38,9 @@ class ActorCritic(nn.Module):
         self.state_dependent_std = bool(spec["state_dependent_std"]) and self.is_gaussian
         self.share_backbone = bool(spec["share_backbone"])
 
-        self.obs_normalizer = ObsNormalizer((obs_dim,), enabled=spec["normalize_obs"], clip=spec["clip_obs"])
+        self.obs_normalizer = ObsNormalizer(
+            (obs_dim,), enabled=spec["normalize_obs"], clip=spec["clip_obs"]
+        )
         self.actor_backbone = mlp(obs_dim, hidden, act, ortho)
         # With a shared backbone the critic reads the actor's features.
         self.critic_backbone = None if self.share_backbone else mlp(obs_dim, hidden, act, ortho)
@@ -50,7 +52,9 @@ class ActorCritic(nn.Module):
             init_linear(self.value_head, 1.0)
         if self.is_gaussian:
             if self.state_dependent_std:
-                self.log_std_head = init_linear(nn.Linear(feat, act_dim), 0.01, spec["log_std_init"])
+                self.log_std_head = init_linear(
+                    nn.Linear(feat, act_dim), 0.01, spec["log_std_init"]
+                )
             else:
                 self.log_std = nn.Parameter(torch.full((act_dim,), float(spec["log_std_init"])))
             low = torch.as_tensor(spec["action_low"], dtype=torch.float32)
@@ -95,7 +99,9 @@ class ActorCritic(nn.Module):
         action = dist.mode() if deterministic else dist.sample(noise)
         return action, dist.log_prob(action), value
 
-    def evaluate(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Distribution]:
+    def evaluate(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Distribution]:
         """Log-prob and entropy of `action`, value, and the distribution, for the update."""
         dist, value = self(obs)
         return dist.log_prob(action), dist.entropy(), value, dist

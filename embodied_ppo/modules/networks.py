@@ -16,7 +16,9 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 }
 
 
-def mlp(in_dim: int, hidden_sizes: list[int], activation: str, orthogonal: bool = True) -> nn.Sequential:
+def mlp(
+    in_dim: int, hidden_sizes: list[int], activation: str, orthogonal: bool = True
+) -> nn.Sequential:
     """Linear + activation layers; orthogonal weights with gain sqrt(2) and zero biases."""
     layers: list[nn.Module] = []
     for size in hidden_sizes:

@@ -28,14 +28,22 @@ class RunningMeanStd(nn.Module):
             return
         batch_mean = x.mean(dim=0)
         batch_var = x.var(dim=0, unbiased=False)
-        self.merge(batch_mean, batch_var, torch.tensor(float(n), dtype=torch.float64, device=x.device))
+        self.merge(
+            batch_mean, batch_var, torch.tensor(float(n), dtype=torch.float64, device=x.device)
+        )
 
     @torch.no_grad()
-    def merge(self, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: torch.Tensor) -> None:
+    def merge(
+        self, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: torch.Tensor
+    ) -> None:
         """Merge precomputed (mean, population variance, count) statistics."""
         total = self.count + batch_count
         delta = batch_mean - self.mean
-        m2 = self.var * self.count + batch_var * batch_count + delta.square() * self.count * batch_count / total
+        m2 = (
+            self.var * self.count
+            + batch_var * batch_count
+            + delta.square() * self.count * batch_count / total
+        )
         self.mean.add_(delta * batch_count / total)
         self.var.copy_(m2 / total)
         self.count.copy_(total)
@@ -49,7 +57,13 @@ class ObsNormalizer(RunningMeanStd):
     is the identity (still clipping when `clip` is set).
     """
 
-    def __init__(self, shape: tuple[int, ...], enabled: bool = True, clip: float | None = 10.0, eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        enabled: bool = True,
+        clip: float | None = 10.0,
+        eps: float = 1e-8,
+    ) -> None:
         super().__init__(shape)
         self.enabled = enabled
         self.clip = clip
@@ -72,7 +86,14 @@ class RewardScaler(nn.Module):
     they travel with the checkpoint.
     """
 
-    def __init__(self, num_envs: int, gamma: float, enabled: bool = True, clip: float | None = 10.0, eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        gamma: float,
+        enabled: bool = True,
+        clip: float | None = 10.0,
+        eps: float = 1e-8,
+    ) -> None:
         super().__init__()
         self.stats = RunningMeanStd(())
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float64))

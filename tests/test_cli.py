@@ -1,0 +1,117 @@
+"""The command line: user errors are one line, a non-zero exit, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from embodied_ppo.checkpoint import load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "env.num_envs=2",
+    "model.hidden_sizes=[16]",
+    "algorithm.rollout_steps=16",
+    "algorithm.minibatch_size=16",
+    "algorithm.update_epochs=1",
+    "trainer.total_steps=64",
+    "trainer.device=cpu",
+]
+
+
+def cli(*args, cwd=None):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-m", "embodied_ppo", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=env,
+        timeout=300,
+    )
+
+
+def assert_user_error(proc, fragment):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("embodied-ppo: error:")
+    assert fragment in lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_train_then_resume(tmp_path):
+    run = tmp_path / "run"
+    proc = cli("train", "configs/cartpole.yaml", *TINY, f"trainer.run_dir={run}")
+    assert proc.returncode == 0, proc.stderr
+    assert "done: 64 steps" in proc.stdout
+    assert (run / "config.yaml").is_file() and (run / "metrics.jsonl").is_file()
+    assert load_checkpoint(run)["global_step"] == 64
+    proc = cli("train", "--resume", run, "trainer.total_steps=128")
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming" in proc.stdout and load_checkpoint(run)["global_step"] == 128
+    assert "total_steps: 128" in (run / "config.yaml").read_text()
+    # An algorithm change is refused on resume.
+    assert_user_error(
+        cli("train", "--resume", run, "algorithm.gamma=0.5"),
+        "algorithm.gamma: cannot change when resuming",
+    )
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (
+            ["configs/cartpole.yaml", "algorithm.clip_ratio_hihg=0.3"],
+            "did you mean 'clip_ratio_high'",
+        ),
+        (["configs/cartpole.yaml", "env.id=CartPole-v9"], "did you mean 'CartPole-v1'"),
+        (
+            ["configs/cartpole.yaml", "trainer.seed=abc"],
+            "trainer.seed: got 'abc', expected an integer",
+        ),
+        (["configs/nope.yaml"], "not found"),
+        (["configs/cartpole.yaml", "trainer.seed"], "expected KEY.PATH=VALUE"),
+        (["configs/pendulum.yaml", "model.head=categorical"], "model.head: got 'categorical'"),
+    ],
+)
+def test_config_errors_write_nothing(tmp_path, args, fragment):
+    run = tmp_path / "run"
+    proc = cli("train", *args, f"trainer.run_dir={run}")
+    assert_user_error(proc, fragment)
+    assert not run.exists()
+
+
+def test_existing_run_dir_is_never_overwritten(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "precious.txt").write_text("keep")
+    assert_user_error(
+        cli("train", "configs/cartpole.yaml", f"trainer.run_dir={run}"), "already exists"
+    )
+    assert (run / "precious.txt").read_text() == "keep" and len(list(run.iterdir())) == 1
+
+
+def test_unwritable_run_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert_user_error(
+        cli("train", "configs/cartpole.yaml", f"trainer.run_dir={blocker}/run"),
+        "trainer.run_dir: cannot create",
+    )
+
+
+def test_resume_errors(tmp_path):
+    assert_user_error(cli("train", "--resume", tmp_path), "not a run directory")
+    assert_user_error(cli("train"), "give a config file")
+    assert_user_error(cli("frobnicate"), "invalid choice")
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  id: CartPole-v1\n  num_envs: [2\n")
+    assert_user_error(cli("train", bad), "line")

@@ -1,0 +1,129 @@
+"""Collection: truncation bootstraps with V(final_obs), actions clipped only at the env boundary."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+from toy_envs import register
+
+from embodied_ppo.buffer import RolloutBuffer
+from embodied_ppo.collector import Collector
+from embodied_ppo.envs import VecEnv
+from embodied_ppo.modules import ActorCritic, RewardScaler
+from embodied_ppo.trainer import model_spec
+
+CPU = torch.device("cpu")
+
+
+def build(cfg, micro=None):
+    torch.manual_seed(cfg.trainer.seed)
+    envs = VecEnv(cfg.env, cfg.trainer.seed)
+    policy = ActorCritic(model_spec(cfg, envs.info))
+    gaussian = envs.info.action_kind == "gaussian"
+    buf = RolloutBuffer(
+        cfg.algorithm.rollout_steps,
+        cfg.env.num_envs,
+        envs.info.obs_dim,
+        (envs.info.action_dim,) if gaussian else (),
+        torch.float32 if gaussian else torch.int64,
+        CPU,
+    )
+    scaler = RewardScaler(
+        cfg.env.num_envs, cfg.algorithm.gamma, cfg.env.normalize_reward, cfg.env.clip_reward
+    )
+    col = Collector(envs, policy, buf, scaler, CPU, micro)
+    col.reset()
+    return envs, policy, buf, col
+
+
+def counting_config(**env):
+    return tiny_config(
+        register(),
+        env={
+            "normalize_obs": False,
+            "clip_obs": None,
+            "normalize_reward": False,
+            "clip_reward": None,
+            **env,
+        },
+        algorithm={"rollout_steps": 7, "minibatch_size": 7},
+    )
+
+
+def test_truncation_bootstraps_with_final_observation_value():
+    cfg = counting_config(max_episode_steps=3)
+    envs, policy, buf, col = build(cfg)
+    col.collect()
+    envs.close()
+    v = lambda t: policy.value(torch.tensor([[float(t), 1.0]])).item()  # noqa: E731
+    # Episodes of 3 steps: truncated at buffer steps 2 and 5 in both envs.
+    assert buf.truncated[:, 0].nonzero().flatten().tolist() == [2, 5]
+    assert buf.ends[:, 0].nonzero().flatten().tolist() == [2, 5]
+    assert buf.terminated.sum() == 0
+    with torch.no_grad():
+        assert buf.next_values[2, 0].item() == pytest.approx(
+            v(3), abs=1e-6
+        )  # V(final_obs = [3, 1])
+        assert buf.values[3, 0].item() == pytest.approx(
+            v(0), abs=1e-6
+        )  # next step starts from reset
+        assert abs(v(3) - v(0)) > 1e-4
+        assert buf.next_values[1, 0].item() == buf.values[2, 0].item()  # inside an episode
+        assert buf.next_values[6, 0].item() == pytest.approx(v(1), abs=1e-6)  # bootstrap at the end
+    # The observation after the truncation is the reset one.
+    assert buf.obs[3, 0].tolist() == [0.0, 1.0]
+
+
+def test_termination_marks_terminated_not_truncated():
+    cfg = counting_config(kwargs={"terminate_at": 2}, max_episode_steps=10)
+    envs, _, buf, col = build(cfg)
+    col.collect()
+    envs.close()
+    assert buf.terminated[:, 1].nonzero().flatten().tolist() == [1, 3, 5]
+    assert torch.equal(buf.terminated, buf.ends)
+    assert not buf.truncated.any()
+
+
+def test_actions_clipped_at_env_boundary_buffer_keeps_sample():
+    cfg = counting_config()
+    cfg.model.log_std_init = 2.0  # std ~ 7.4: most samples fall outside [-1, 1]
+    envs, _, buf, col = build(cfg)
+    col.collect()
+    envs.close()
+    actions = buf.actions[..., 0]
+    assert actions.abs().max() > 1.0
+    assert torch.allclose(buf.rewards, actions.clamp(-1.0, 1.0))
+
+
+def test_rollout_micro_batch_size_does_not_change_collection():
+    results = []
+    for micro in (None, 1, 3):
+        cfg = tiny_config(
+            "Pendulum-v1",
+            env={"num_envs": 5},
+            algorithm={"rollout_steps": 12, "minibatch_size": 12},
+        )
+        envs, _, buf, col = build(cfg, micro)
+        col.collect()
+        envs.close()
+        results.append(buf)
+    for other in results[1:]:
+        for name in ("obs", "actions", "logprobs", "values", "next_values", "rewards"):
+            assert torch.allclose(getattr(results[0], name), getattr(other, name), atol=1e-6), name
+
+
+def test_normalizer_updates_during_collection_only():
+    cfg = tiny_config("Pendulum-v1")
+    envs, policy, buf, col = build(cfg)
+    assert policy.obs_normalizer.count.item() == 0
+    col.collect()
+    envs.close()
+    # One update per step with the N observations the policy acted on.
+    assert policy.obs_normalizer.count.item() == cfg.algorithm.rollout_steps * cfg.env.num_envs
+    obs = buf.obs.reshape(-1, 3).double()
+    assert torch.allclose(policy.obs_normalizer.mean, obs.mean(0))
+    count = policy.obs_normalizer.count.clone()
+    policy(torch.randn(4, 3))
+    policy.evaluate(torch.randn(4, 3), torch.randn(4, 1))
+    assert policy.obs_normalizer.count.item() == count.item()

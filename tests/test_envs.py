@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import tiny_config
+
+from embodied_ppo.envs import VecEnv, check_env_id, env_seeds, space_info
+from embodied_ppo.errors import ConfigError
+
+
+def test_unknown_env_id_suggests_close_matches():
+    with pytest.raises(
+        ConfigError, match=r"unknown environment 'Humanoid-v9'.*did you mean 'Humanoid-v\d'"
+    ):
+        check_env_id("Humanoid-v9")
+    with pytest.raises(ConfigError, match="unknown environment"):
+        check_env_id("zzzzzzzz")
+
+
+def test_space_info_box_and_discrete():
+    box = space_info(tiny_config("Pendulum-v1").env)
+    assert (box.obs_dim, box.action_kind, box.action_dim) == (3, "gaussian", 1)
+    assert box.action_low == [-2.0] and box.action_high == [2.0]
+    disc = space_info(tiny_config("CartPole-v1").env)
+    assert (disc.obs_dim, disc.action_kind, disc.action_dim) == (4, "categorical", 2)
+
+
+def test_unsupported_spaces_and_kwargs_are_config_errors():
+    with pytest.raises(ConfigError, match="only flat Box observations"):
+        space_info(tiny_config("FrozenLake-v1").env)
+    with pytest.raises(ConfigError, match="env.kwargs"):
+        space_info(tiny_config("CartPole-v1", env={"kwargs": {"no_such_arg": 1}}).env)
+
+
+def test_env_seeds_depend_on_run_seed_and_index():
+    a, b = env_seeds(0, 4), env_seeds(1, 4)
+    assert len(set(a)) == 4 and set(a).isdisjoint(b)
+    assert env_seeds(0, 2, offset=2) == a[2:]  # env k is the same env whatever the split
+    assert env_seeds(0, 4, generation=1) != a
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_vec_env_same_step_autoreset_and_episode_stats(backend):
+    cfg = tiny_config(
+        "CartPole-v1", env={"num_envs": 3, "backend": backend, "max_episode_steps": 5}
+    )
+    with VecEnv(cfg.env, seed=0) as envs:
+        obs = envs.reset()
+        assert obs.shape == (3, 4) and obs.dtype == np.float32
+        for _ in range(4):
+            res = envs.step(np.zeros(3, dtype=np.int64))
+            assert not res.truncated.any()
+        res = envs.step(np.zeros(3, dtype=np.int64))
+        # Step 5 hits the time limit (unless the pole fell earlier, which it cannot in 5 steps).
+        assert res.truncated.all() and not res.terminated.any()
+        assert res.episode_lengths == [5, 5, 5] and res.episode_returns == [5.0, 5.0, 5.0]
+        # SAME_STEP: obs is already the reset observation; final_obs is the last one of the episode.
+        assert not np.allclose(res.final_obs, res.obs)
+        assert np.abs(res.obs).max() <= 0.05
+
+
+def test_vec_env_reset_is_seeded():
+    cfg = tiny_config("Pendulum-v1", env={"num_envs": 2})
+    with VecEnv(cfg.env, seed=3) as a, VecEnv(cfg.env, seed=3) as b, VecEnv(cfg.env, seed=4) as c:
+        oa, ob, oc = a.reset(), b.reset(), c.reset()
+    assert np.array_equal(oa, ob) and not np.array_equal(oa, oc)
+    assert not np.array_equal(oa[0], oa[1])

@@ -1,0 +1,144 @@
+"""The update: minibatch coverage, micro-batch invariance (Rule 3), clipping, non-finite guard."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from test_modules import spec
+
+from embodied_ppo.buffer import minibatch_indices
+from embodied_ppo.config import AlgorithmConfig, OptimConfig
+from embodied_ppo.modules import ActorCritic
+from embodied_ppo.ppo import NonFiniteError, PPOUpdate, learning_rate, make_optimizer
+
+
+def random_batch(kind="gaussian", n=48, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    actions = (
+        torch.randn(n, 3, generator=g)
+        if kind == "gaussian"
+        else torch.randint(0, 3, (n,), generator=g)
+    )
+    return {
+        "obs": torch.randn(n, 5, generator=g),
+        "actions": actions,
+        "logprobs": torch.randn(n, generator=g) * 0.1 - 3.0,
+        "values": torch.randn(n, generator=g),
+        "advantages": torch.randn(n, generator=g),
+        "returns": torch.randn(n, generator=g),
+    }
+
+
+def run_update(kind, micro, algo_kw=None, optim_kw=None, seed=0):
+    torch.manual_seed(seed)
+    policy = ActorCritic(spec(kind))
+    policy.obs_normalizer.update(torch.randn(100, 5) * 3)
+    algo = AlgorithmConfig(
+        minibatch_size=16,
+        update_epochs=3,
+        micro_batch_size=micro,
+        entropy_bonus=0.01,
+        clip_ratio_c=3.0,
+        **(algo_kw or {}),
+    )
+    optim = OptimConfig(lr=1e-3, **(optim_kw or {}))
+    upd = PPOUpdate(
+        policy, algo, optim, make_optimizer(policy, optim), torch.Generator().manual_seed(1)
+    )
+    metrics = upd.update(random_batch(kind))
+    return policy, metrics
+
+
+def test_every_transition_visited_once_per_epoch():
+    g = torch.Generator().manual_seed(0)
+    batches = list(minibatch_indices(60, 12, g, torch.device("cpu")))
+    assert len(batches) == 5 and all(b.numel() == 12 for b in batches)
+    assert sorted(torch.cat(batches).tolist()) == list(range(60))
+    again = torch.cat(list(minibatch_indices(60, 12, g, torch.device("cpu"))))
+    assert not torch.equal(torch.cat(batches), again)  # reshuffled each epoch
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "categorical"])
+def test_micro_batch_size_does_not_change_the_update(kind):
+    ref, ref_m = run_update(kind, None)
+    for micro in (1, 5, 16):
+        other, m = run_update(kind, micro)
+        for (name, a), b in zip(ref.state_dict().items(), other.state_dict().values()):
+            assert torch.allclose(a, b, atol=1e-5), (micro, name)
+        for key in ref_m:
+            assert m[key] == pytest.approx(ref_m[key], rel=1e-4, abs=1e-6), (micro, key)
+
+
+def test_metrics_present():
+    _, m = run_update("gaussian", None)
+    for key in (
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clipfrac",
+        "dual_clipfrac",
+        "value_clipfrac",
+        "grad_norm",
+        "std",
+    ):
+        assert key in m
+    assert m["num_gradient_steps"] == 3 * 48 / 16
+
+
+def test_grad_clipping_limits_the_norm():
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    optim = OptimConfig(max_grad_norm=0.01)
+    upd = PPOUpdate(
+        policy, AlgorithmConfig(), optim, make_optimizer(policy, optim), torch.Generator()
+    )
+    for p in policy.parameters():
+        p.grad = torch.ones_like(p)
+    pre = upd._clip_grads()
+    post = torch.nn.utils.get_total_norm([p.grad for p in policy.parameters()])
+    assert pre.item() > 1.0
+    assert post.item() == pytest.approx(0.01, rel=1e-4)
+
+
+def test_non_finite_loss_never_reaches_the_weights():
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    before = copy.deepcopy(policy.state_dict())
+    optim = OptimConfig()
+    upd = PPOUpdate(
+        policy,
+        AlgorithmConfig(minibatch_size=16),
+        optim,
+        make_optimizer(policy, optim),
+        torch.Generator(),
+    )
+    batch = random_batch()
+    batch["returns"][3] = float("nan")
+    with pytest.raises(NonFiniteError, match="value_loss"):
+        upd.update(batch)
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_learning_rate_schedules():
+    assert learning_rate(OptimConfig(lr=1.0), 5, 10) == 1.0
+    lin = OptimConfig(lr=1.0, schedule="linear")
+    assert [learning_rate(lin, i, 4) for i in range(4)] == [1.0, 0.75, 0.5, 0.25]
+
+
+def test_update_reduces_the_loss_on_a_fixed_batch():
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    batch = random_batch()
+    with torch.no_grad():
+        v0 = policy.value(batch["obs"])
+    err0 = (batch["returns"] - v0).square().mean()
+    algo = AlgorithmConfig(minibatch_size=48, update_epochs=300, value_clip=None)
+    optim = OptimConfig(lr=3e-3)
+    PPOUpdate(policy, algo, optim, make_optimizer(policy, optim), torch.Generator()).update(batch)
+    with torch.no_grad():
+        err1 = (batch["returns"] - policy.value(batch["obs"])).square().mean()
+    assert err1 < 0.5 * err0
