@@ -17,6 +17,9 @@ RESUMABLE_KEYS = {
     "trainer.checkpoint_interval",
     "trainer.device",
     "trainer.torch_threads",
+    "trainer.eval_interval",
+    "trainer.eval_episodes",
+    "trainer.video_interval",
 }
 
 
@@ -40,8 +43,93 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("config", nargs="?", help="YAML config file (omit with --resume)")
     train.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="config overrides")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    train.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint"
+    )
+    _add_eval_export_plot(sub)
     return parser
+
+
+def _add_eval_export_plot(sub: argparse._SubParsersAction) -> None:
+    ev = sub.add_parser(
+        "eval",
+        help="run evaluation episodes of a trained policy (optionally filmed)",
+        description="Run episodes with a checkpoint's policy, print each return and length and the "
+        "mean +- std, and write them to eval.json in the run directory.",
+    )
+    ev.add_argument(
+        "checkpoint",
+        metavar="RUN_DIR_OR_CHECKPOINT",
+        help="a run directory (its latest.pt) or a .pt file",
+    )
+    ev.add_argument("--episodes", type=int, default=10, help="number of episodes (default 10)")
+    mode = ev.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--deterministic",
+        dest="deterministic",
+        action="store_true",
+        default=True,
+        help="Gaussian mean / categorical argmax (default)",
+    )
+    mode.add_argument(
+        "--stochastic",
+        dest="deterministic",
+        action="store_false",
+        help="sample actions from the policy",
+    )
+    ev.add_argument(
+        "--seed", type=int, default=None, help="evaluation seed (default: the run's trainer.seed)"
+    )
+    ev.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
+    ev.add_argument(
+        "--video",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="write an mp4 of the episodes (default path: RUN_DIR/videos/eval-....mp4)",
+    )
+    ev.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="where to write the results (default RUN_DIR/eval.json)",
+    )
+
+    ex = sub.add_parser(
+        "export",
+        help="export the deterministic policy as TorchScript or ONNX",
+        description="Write the inference policy (raw observation -> action, normalizer folded in) as "
+        "TorchScript or ONNX, with a JSON of shapes, bounds and provenance beside it.",
+    )
+    ex.add_argument(
+        "checkpoint",
+        metavar="RUN_DIR_OR_CHECKPOINT",
+        help="a run directory (its latest.pt) or a .pt file",
+    )
+    ex.add_argument("--format", default="torchscript", help="torchscript (default) or onnx")
+    ex.add_argument(
+        "--out",
+        metavar="PATH",
+        default=None,
+        help="output file (default RUN_DIR/exported/policy-<step>.pt|.onnx)",
+    )
+
+    pl = sub.add_parser(
+        "plot",
+        help="plot learning curves of one or more runs",
+        description="Episodic return (train and eval) against environment steps; runs that differ "
+        "only in trainer.seed are drawn as a mean with a +-1 std band.",
+    )
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    pl.add_argument("--out", default="curves.png", help="PNG to write (default curves.png)")
+    pl.add_argument(
+        "--smooth",
+        type=int,
+        default=1,
+        help="moving average over N logged points (default 1: none)",
+    )
+    pl.add_argument("--title", default=None, help="figure title")
 
 
 def _default_run_dir(config_path: str | None, seed: int) -> Path:
@@ -99,7 +187,9 @@ def _prepare_resume(run_dir_arg: str, overrides: list[str]):
     state = load_checkpoint(run_dir)
     ckpt_cfg = state.get("config")
     if not isinstance(ckpt_cfg, dict) or _strip(ckpt_cfg) != _strip(from_dict(saved).to_dict()):
-        raise UserError(f"--resume {run_dir}: the latest checkpoint was not written by this run's config")
+        raise UserError(
+            f"--resume {run_dir}: the latest checkpoint was not written by this run's config"
+        )
     if overrides:
         atomic_write_bytes(config_file, dump_yaml(cfg).encode())
     return cfg, run_dir, state
@@ -128,7 +218,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"resuming {run_dir} at step {trainer.global_step:,} (iteration {trainer.iteration})")
     else:
         if not args.config:
-            raise UserError("train: give a config file, e.g. `embodied-ppo train configs/cartpole.yaml`, or --resume RUN_DIR")
+            raise UserError(
+                "train: give a config file, e.g. `embodied-ppo train configs/cartpole.yaml`, or --resume RUN_DIR"
+            )
         cfg, run_dir, created = _prepare_new_run(args.config, args.overrides)
         try:
             trainer = Trainer(cfg, run_dir)
@@ -142,11 +234,49 @@ def cmd_train(args: argparse.Namespace) -> int:
         summary = trainer.train()
     except KeyboardInterrupt:
         last = trainer.last_checkpoint or "no checkpoint yet"
-        print(f"\ninterrupted; last checkpoint: {last}; continue with `embodied-ppo train --resume {run_dir}`", file=sys.stderr)
+        print(
+            f"\ninterrupted; last checkpoint: {last}; continue with `embodied-ppo train --resume {run_dir}`",
+            file=sys.stderr,
+        )
         return 130
     ret = summary.get("charts/episodic_return")
-    print(f"done: {summary['global_step']:,} steps" + (f", last mean episodic return {ret:.2f}" if ret is not None else ""))
+    print(
+        f"done: {summary['global_step']:,} steps"
+        + (f", last mean episodic return {ret:.2f}" if ret is not None else "")
+    )
     print(f"checkpoint: {trainer.last_checkpoint}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from embodied_ppo.evaluate import evaluate_command
+
+    evaluate_command(
+        args.checkpoint,
+        episodes=args.episodes,
+        deterministic=args.deterministic,
+        seed=args.seed,
+        device=args.device,
+        video=args.video,
+        json_path=args.json,
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from embodied_ppo.export import export_policy
+
+    path, meta_path, _ = export_policy(args.checkpoint, args.format, args.out)
+    print(f"wrote {path} ({args.format})")
+    print(f"wrote {meta_path}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from embodied_ppo.plot import plot_runs
+
+    path = plot_runs(args.runs, args.out, smooth=args.smooth, title=args.title)
+    print(f"wrote {path}")
     return 0
 
 
@@ -157,7 +287,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.command is None:
             parser.print_help()
             sys.exit(2)
-        code = {"train": cmd_train}[args.command](args)
+        code = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot}[
+            args.command
+        ](args)
     except UserError as exc:
         print(f"embodied-ppo: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
