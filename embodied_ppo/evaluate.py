@@ -366,13 +366,11 @@ def evaluate_command(
         raise UserError(f"--episodes: got {episodes}, expected an integer >= 1")
     if video is not None:
         configure_headless_gl()  # before anything imports mujoco
-    from embodied_ppo.checkpoint import load_checkpoint, resolve_checkpoint
     from embodied_ppo.config import from_dict
-    from embodied_ppo.export import _build_actor_critic
+    from embodied_ppo.export import _build_actor_critic, read_checkpoint
 
     dev = _resolve_device(device)
-    ckpt = resolve_checkpoint(source)
-    state = load_checkpoint(ckpt)
+    ckpt, state = read_checkpoint(source)
     try:
         cfg = from_dict(state["config"])
     except (KeyError, UserError) as exc:
@@ -478,13 +476,12 @@ def read_best_return(run_dir: Path) -> float | None:
     path = best_checkpoint_path(run_dir)
     if not path.is_file():
         return None
-    from embodied_ppo.checkpoint import load_checkpoint
+    from embodied_ppo.export import read_checkpoint
 
     try:
-        state = load_checkpoint(path)
-        value = state["eval"]["episodic_return"]
+        value = read_checkpoint(path)[1]["eval"]["episodic_return"]
     except (CheckpointError, KeyError, TypeError):
-        return None
+        return None  # an unreadable best.pt is replaced by the next evaluation
     return float(value) if isinstance(value, (int, float)) else None
 
 

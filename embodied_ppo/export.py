@@ -196,6 +196,21 @@ def policy_from_state(
     return Policy(net, meta).to(device)
 
 
+def read_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """Resolve and load a checkpoint; whatever a foreign file makes the unpickler raise becomes
+    a one-line CheckpointError (torch.load on arbitrary bytes can raise KeyError, IndexError,
+    UnicodeDecodeError, ... besides the errors load_checkpoint already translates)."""
+    ckpt = resolve_checkpoint(path)
+    try:
+        return ckpt, load_checkpoint(ckpt, map_location="cpu")
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(
+            f"{ckpt}: not a readable checkpoint (corrupt or foreign: {type(exc).__name__})"
+        ) from None
+
+
 def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     """Load a trained policy for deployment.
 
@@ -212,8 +227,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     Raises:
         CheckpointError: the file is missing, truncated, or not an embodied-ppo checkpoint.
     """
-    ckpt = resolve_checkpoint(path)
-    state = load_checkpoint(ckpt, map_location="cpu")
+    ckpt, state = read_checkpoint(path)
     return policy_from_state(state, str(ckpt), device)
 
 
@@ -311,8 +325,7 @@ def export_policy(
     _check_format(fmt)
     if fmt == "onnx":
         _require_onnx()
-    ckpt = resolve_checkpoint(source)
-    state = load_checkpoint(ckpt, map_location="cpu")
+    ckpt, state = read_checkpoint(source)
     policy = policy_from_state(state, str(ckpt))
     out_path = (
         Path(out)

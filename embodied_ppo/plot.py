@@ -53,6 +53,17 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with every key present (runs written before a key existed compare equal to
+    runs that state its default); unchanged when it no longer validates."""
+    from embodied_ppo.config import from_dict
+
+    try:
+        return from_dict(config).to_dict()
+    except (UserError, TypeError, ValueError):
+        return config
+
+
 def read_run(path: str | Path) -> Run:
     """Read config.yaml and metrics.jsonl of a run; torn or foreign lines are skipped."""
     import yaml
@@ -71,6 +82,7 @@ def read_run(path: str | Path) -> Run:
             config = loaded if isinstance(loaded, dict) else {}
         except yaml.YAMLError:
             config = {}
+        config = _with_defaults(config)
     points: dict[str, dict[int, float]] = {tag: {} for tag in TAGS}
     with open(metrics, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -108,7 +120,7 @@ def _labels(groups: list[list[Run]]) -> list[str]:
     flats = [
         {k: v for k, v in _flatten(g[0].config).items() if k not in _IGNORED_KEYS} for g in groups
     ]
-    keys = sorted({k for f in flats for k in f})
+    keys = sorted({k for f in flats for k in f}, key=lambda k: (k != "env.id", k))  # env first
     differing = [k for k in keys if len({f.get(k) for f in flats}) > 1]
     labels = []
     for group, flat in zip(groups, flats, strict=True):
@@ -166,6 +178,13 @@ def plot_runs(
     """Draw the learning curves of `run_dirs` into the PNG `out`; returns its path."""
     if smooth < 1:
         raise UserError(f"--smooth: got {smooth}, expected an integer >= 1")
+    runs = [read_run(d) for d in run_dirs]
+    if not any(run.curves for run in runs):
+        raise UserError(
+            "no episodic returns in the metrics.jsonl of "
+            + ", ".join(str(r.path) for r in runs)
+            + " (no episode finished yet?)"
+        )
     try:
         import matplotlib
 
@@ -174,13 +193,6 @@ def plot_runs(
     except ImportError:
         raise UserError("plot needs matplotlib: pip install 'embodied-ppo[plot]'") from None
 
-    runs = [read_run(d) for d in run_dirs]
-    if not any(run.curves for run in runs):
-        raise UserError(
-            "no episodic returns in the metrics.jsonl of "
-            + ", ".join(str(r.path) for r in runs)
-            + " (no episode finished yet?)"
-        )
     groups = group_runs(runs)
     labels = _labels(groups)
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
