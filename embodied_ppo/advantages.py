@@ -36,3 +36,52 @@ def gae(
 def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """(x - mean) / (std + eps) over every element (population std)."""
     return (x - x.mean()) / (x.std(correction=0) + eps)
+
+
+def masked_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Standardize the entries where `mask` is 1 (population std); masked entries become 0."""
+    n = mask.sum().clamp(min=1.0)
+    mean = (x * mask).sum() / n
+    var = ((x - mean).square() * mask).sum() / n
+    return (x - mean) / (var.sqrt() + eps) * mask
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Return-to-go G_t = sum_k gamma^k r_{t+k} over each column's valid prefix (T, N).
+
+    Episodic collection: column n holds one episode in its first valid steps (mask 1), the rest
+    is masked out and contributes nothing.
+    """
+    out = torch.zeros_like(rewards)
+    acc = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        acc = (rewards[t] + gamma * acc) * mask[t]
+        out[t] = acc
+    return out
+
+
+def episode_returns(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Undiscounted return of each column's episode (N,)."""
+    return (rewards * mask).sum(dim=0)
+
+
+def grpo(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """Group-relative advantages (N,): (score - group mean) / (group std + eps).
+
+    Envs k*G .. k*G+G-1 form group k. The std is the sample std (correction 1).
+    """
+    g = scores.reshape(-1, group_size)
+    adv = (g - g.mean(dim=1, keepdim=True)) / (g.std(dim=1, keepdim=True) + eps)
+    return adv.reshape(-1)
+
+
+def rloo(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Leave-one-out advantages (N,): score minus the mean score of the other group members."""
+    g = scores.reshape(-1, group_size)
+    baseline = (g.sum(dim=1, keepdim=True) - g) / (group_size - 1)
+    return (g - baseline).reshape(-1)
+
+
+def reinforce_plus_plus(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Discounted return-to-go per step, whitened over all valid steps of the batch (T, N)."""
+    return masked_normalize(discounted_returns(rewards, mask, gamma), mask)

@@ -40,6 +40,7 @@ class RolloutBuffer:
         self.terminated = zeros(T, N)  # 1.0 where the episode terminated at step t
         self.ends = zeros(T, N)  # 1.0 where the episode ended (terminated or truncated) at step t
         self.advantages = zeros(T, N)
+        self.mask = torch.ones(T, N, device=device)  # 1.0 where the step counts in the loss
         self.returns = zeros(T, N)
 
     def finalize_next_values(self, last_values: torch.Tensor) -> None:
@@ -55,6 +56,25 @@ class RolloutBuffer:
     def flat(self, *names: str) -> dict[str, torch.Tensor]:
         """Views of the named fields with (T, N) flattened to (T*N,)."""
         return {n: getattr(self, n).reshape(self.size, *getattr(self, n).shape[2:]) for n in names}
+
+
+def sequence_minibatch_indices(
+    num_steps: int,
+    num_envs: int,
+    envs_per_minibatch: int,
+    generator: torch.Generator,
+    device: torch.device,
+) -> Iterator[torch.Tensor]:
+    """One epoch of minibatches made of whole env columns (sequences) of a (T, N) rollout.
+
+    Yields flat indices t * N + n for every step t of the chosen columns; every column appears in
+    exactly one minibatch.
+    """
+    perm = torch.randperm(num_envs, generator=generator).to(device, non_blocking=True)
+    steps = torch.arange(num_steps, device=device).unsqueeze(1) * num_envs  # (T, 1)
+    for start in range(0, num_envs, envs_per_minibatch):
+        cols = perm[start : start + envs_per_minibatch]  # (k,)
+        yield (steps + cols.unsqueeze(0)).T.reshape(-1)  # column-major: whole sequences together
 
 
 def minibatch_indices(

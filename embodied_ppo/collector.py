@@ -19,6 +19,7 @@ class RolloutStats:
 
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    steps: int = 0  # environment steps taken (N per vector step)
 
 
 class Collector:
@@ -69,16 +70,29 @@ class Collector:
         )
 
     @torch.inference_mode()
-    def collect(self) -> RolloutStats:
-        """Run `buffer.num_steps` vector steps and fill every buffer field except advantages."""
+    def collect(self, episode_seeds: list[int] | None = None) -> RolloutStats:
+        """Run up to `buffer.num_steps` vector steps and fill every buffer field but advantages.
+
+        Continuing mode (default): envs carry on across rollouts and every step counts. Episodic
+        mode (`episode_seeds` given): every env is reset with its seed, runs one episode, and the
+        steps after its end are masked out (`buf.mask`); collection stops once all have ended.
+        """
+        episodic = episode_seeds is not None
+        if episodic:
+            self.reset(episode_seeds)
         assert self.obs is not None, "call reset() first"
         buf, stats = self.buffer, RolloutStats()
         buf.truncated.zero_()
         buf.final_values.zero_()
+        buf.mask.fill_(1.0)
+        done = np.zeros(self.envs.num_envs, dtype=bool)  # episodic: env finished its episode
         for t in range(buf.num_steps):
             obs = self.obs
             if self.policy.obs_normalizer.enabled:
-                self.policy.obs_normalizer.update(obs)
+                # Only observations the learner will train on feed the statistics.
+                self.policy.obs_normalizer.update(
+                    obs[self._to_device(~done)] if done.any() else obs
+                )
             action, logprob, value = self._act(obs)
             buf.obs[t] = obs
             buf.actions[t] = action
@@ -97,8 +111,18 @@ class Collector:
                 idx = torch.from_numpy(trunc_only).to(self.device)
                 buf.final_values[t, idx] = self._value(self._to_device(res.final_obs[trunc_only]))
                 buf.truncated[t, idx] = True
-            stats.episode_returns += res.episode_returns
-            stats.episode_lengths += res.episode_lengths
+            for env, ret, length in zip(res.episode_envs, res.episode_returns, res.episode_lengths):
+                if not done[env]:
+                    stats.episode_returns.append(ret)
+                    stats.episode_lengths.append(length)
             self.obs = self._to_device(res.obs)
+            stats.steps += self.envs.num_envs
+            if episodic:
+                buf.mask[t] = self._to_device(~done)
+                done |= ends_np
+                if done.all():
+                    buf.mask[t + 1 :] = 0.0
+                    buf.ends[t + 1 :] = 1.0
+                    break
         buf.finalize_next_values(self._value(self.obs))
         return stats

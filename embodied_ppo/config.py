@@ -48,6 +48,22 @@ class ModelConfig:
     log_std_init: float = 0.0
     state_dependent_std: bool = False
     init: Literal["orthogonal", "torch_default"] = "orthogonal"
+    init_from: str | None = None
+
+
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"]
+CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus")
+
+
+@dataclass
+class KLCtrlConfig:
+    """`algorithm.kl_ctrl:` the in-reward KL coefficient controller."""
+
+    type: Literal["fixed", "adaptive"] = "fixed"
+    kl_coef: float = 0.001
+    target_kl: float = 0.1
+    horizon: int = 10000
 
 
 @dataclass
@@ -56,9 +72,9 @@ class AlgorithmConfig:
 
     normalize_advantages: bool = True
     group_size: int = 1
-    adv_type: Literal["gae"] = "gae"
-    loss_type: Literal["actor_critic"] = "actor_critic"
-    loss_agg_func: Literal["token-mean"] = "token-mean"
+    adv_type: Literal["gae", "grpo", "rloo", "reinforce_plus_plus"] = "gae"
+    loss_type: Literal["actor_critic", "actor"] = "actor_critic"
+    loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
     rollout_micro_batch_size: int | None = None
     logprob_forward_micro_batch_size: int | None = None
     entropy_bonus: float = 0.0
@@ -76,6 +92,15 @@ class AlgorithmConfig:
     micro_batch_size: int | None = None
     value_loss_coef: float = 0.5
     recompute_old_logprobs: bool = False
+    early_stop_kl: float | None = None
+    # KL control against a frozen reference policy.
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: KLType = "low_var_kl"
+    use_kl_in_reward: bool = False
+    kl_penalty: KLType = "kl"
+    kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
+    reference_checkpoint: str | None = None
 
 
 @dataclass
@@ -83,7 +108,10 @@ class OptimConfig:
     """The `optim:` block."""
 
     lr: float = 3e-4
-    schedule: Literal["constant", "linear"] = "constant"
+    schedule: Literal["constant", "linear", "adaptive"] = "constant"
+    desired_kl: float = 0.01
+    lr_min: float = 1e-5
+    lr_max: float = 1e-2
     adam_eps: float = 1e-5
     max_grad_norm: float | None = 0.5
 
@@ -293,10 +321,7 @@ def validate(cfg: Config) -> Config:
         f"model.log_std_init: got {m.log_std_init}, expected a number in [-20, 2]",
     )
 
-    _check(
-        a.group_size == 1,
-        f"algorithm.group_size: got {a.group_size}, only 1 is supported with adv_type 'gae'",
-    )
+    _check_estimator(cfg)
     for name in (
         "rollout_micro_batch_size",
         "logprob_forward_micro_batch_size",
@@ -356,6 +381,15 @@ def validate(cfg: Config) -> Config:
     )
 
     _check(o.lr > 0, f"optim.lr: got {o.lr}, expected a number > 0")
+    _check(o.desired_kl > 0, f"optim.desired_kl: got {o.desired_kl}, expected a number > 0")
+    _check(
+        0 < o.lr_min <= o.lr_max,
+        f"optim.lr_min / optim.lr_max: got {o.lr_min} / {o.lr_max}, expected 0 < lr_min <= lr_max",
+    )
+    _check(
+        o.schedule != "adaptive" or o.lr_min <= o.lr <= o.lr_max,
+        f"optim.lr: got {o.lr}, with schedule 'adaptive' expected a value in [lr_min, lr_max] = [{o.lr_min}, {o.lr_max}]",
+    )
     _check(o.adam_eps > 0, f"optim.adam_eps: got {o.adam_eps}, expected a number > 0")
     _check(
         o.max_grad_norm is None or o.max_grad_norm > 0,
@@ -385,7 +419,10 @@ def validate(cfg: Config) -> Config:
         t.eval_interval is None or t.eval_interval >= 1,
         f"trainer.eval_interval: got {t.eval_interval}, expected null (no evaluation) or an integer >= 1",
     )
-    _check(t.eval_episodes >= 1, f"trainer.eval_episodes: got {t.eval_episodes}, expected an integer >= 1")
+    _check(
+        t.eval_episodes >= 1,
+        f"trainer.eval_episodes: got {t.eval_episodes}, expected an integer >= 1",
+    )
     _check(
         t.video_interval is None or t.video_interval >= 1,
         f"trainer.video_interval: got {t.video_interval}, expected null (no videos) or an integer >= 1",
@@ -396,6 +433,65 @@ def validate(cfg: Config) -> Config:
         "videos are recorded during evaluation, so set trainer.eval_interval too",
     )
     return cfg
+
+
+def _check_estimator(cfg: Config) -> None:
+    """Combinations of estimator, loss type, grouping, aggregation and KL keys."""
+    a, e = cfg.algorithm, cfg.env
+    _check(a.group_size >= 1, f"algorithm.group_size: got {a.group_size}, expected an integer >= 1")
+    if a.adv_type == "gae":
+        _check(
+            a.group_size == 1,
+            f"algorithm.group_size: got {a.group_size} with adv_type 'gae'; group sampling needs "
+            "adv_type grpo, rloo or reinforce_plus_plus",
+        )
+        _check(
+            a.loss_type == "actor_critic",
+            "algorithm.loss_type: got 'actor' with adv_type 'gae'; GAE needs a critic, use "
+            "loss_type actor_critic or a critic-free adv_type (grpo, rloo, reinforce_plus_plus)",
+        )
+    if a.adv_type in ("grpo", "rloo"):
+        _check(
+            a.group_size >= 2,
+            f"algorithm.group_size: got {a.group_size} with adv_type {a.adv_type!r}; a group "
+            "baseline needs group_size >= 2",
+        )
+    _check(
+        e.num_envs % a.group_size == 0,
+        f"env.num_envs: got {e.num_envs}, expected a multiple of algorithm.group_size = {a.group_size}",
+    )
+    _check(
+        a.loss_type != "actor_critic" or a.value_loss_coef > 0,
+        "algorithm.value_loss_coef: got 0 with loss_type 'actor_critic', which then trains no "
+        "critic; use loss_type actor for a critic-free run",
+    )
+    if a.loss_agg_func != "token-mean":
+        T = a.rollout_steps
+        _check(
+            a.minibatch_size % T == 0,
+            f"algorithm.minibatch_size: got {a.minibatch_size}; with loss_agg_func "
+            f"{a.loss_agg_func!r} minibatches are whole env sequences, so it must be a multiple "
+            f"of algorithm.rollout_steps = {T}",
+        )
+        _check(
+            a.micro_batch_size is None or a.micro_batch_size % T == 0,
+            f"algorithm.micro_batch_size: got {a.micro_batch_size}; with loss_agg_func "
+            f"{a.loss_agg_func!r} it must be null or a multiple of algorithm.rollout_steps = {T}",
+        )
+    _check(
+        a.early_stop_kl is None or a.early_stop_kl > 0,
+        f"algorithm.early_stop_kl: got {a.early_stop_kl}, expected null (off) or a number > 0",
+    )
+    _check(a.kl_loss_coef >= 0, f"algorithm.kl_loss_coef: got {a.kl_loss_coef}, expected >= 0")
+    k = a.kl_ctrl
+    _check(k.kl_coef >= 0, f"algorithm.kl_ctrl.kl_coef: got {k.kl_coef}, expected >= 0")
+    _check(k.target_kl > 0, f"algorithm.kl_ctrl.target_kl: got {k.target_kl}, expected > 0")
+    _check(k.horizon >= 1, f"algorithm.kl_ctrl.horizon: got {k.horizon}, expected an integer >= 1")
+    _check(
+        a.reference_checkpoint is None or a.use_kl_loss or a.use_kl_in_reward,
+        "algorithm.reference_checkpoint: set, but neither use_kl_loss nor use_kl_in_reward is "
+        "true, so no reference policy is used",
+    )
 
 
 def _divisors_hint(n: int) -> str:

@@ -1,8 +1,10 @@
-"""The `actor_critic` loss as a pure function returning (loss, metrics).
+"""The PPO loss as a pure function returning (loss, metrics), and the KL estimators.
 
-Aggregation is token-mean (one token = one environment step): every term is summed over the
-tokens given and divided by `denom`. Passing the minibatch size as `denom` for each micro-batch
-makes the sum of micro-batch losses equal the minibatch loss exactly (DESIGN Rule 3).
+Aggregation is expressed by per-token `weights` (B,): every term is `sum(weights * x)`. The
+caller derives the weights from `loss_agg_func` over the whole minibatch (token-mean: mask / number
+of valid tokens; seq-mean-token-sum: mask / number of sequences; seq-mean-token-mean:
+mask / (tokens of the sequence x number of sequences)), so splitting a minibatch into
+micro-batches and summing their losses gives the minibatch loss exactly (DESIGN Rule 3).
 """
 
 from __future__ import annotations
@@ -10,12 +12,130 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from embodied_ppo.modules.distributions import Distribution
+
+KL_ALIASES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+
 
 def value_error(err: torch.Tensor, huber_delta: float | None) -> torch.Tensor:
     """huber(err, delta), or 0.5 * err^2 when `huber_delta` is None."""
     if huber_delta is None:
         return 0.5 * err.square()
     return F.huber_loss(err, torch.zeros_like(err), reduction="none", delta=huber_delta)
+
+
+def kl_estimate(
+    kind: str,
+    logprob: torch.Tensor,
+    ref_logprob: torch.Tensor,
+    dist: Distribution | None = None,
+    ref_dist: Distribution | None = None,
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) for actions sampled from pi.
+
+    With log r = logprob - ref_logprob: k1 `kl` = log r (unbiased); `abs` = |log r|;
+    k2 `mse` = 0.5 (log r)^2; k3 `low_var_kl` = exp(-log r) - 1 + log r (unbiased, >= 0);
+    `full` = the exact KL between the two action distributions (closed form).
+    """
+    kind = KL_ALIASES.get(kind, kind)
+    if kind == "full":
+        if dist is None or ref_dist is None:
+            raise ValueError("kl type 'full' needs both distributions")
+        return dist.kl(ref_dist)
+    log_r = (logprob - ref_logprob).clamp(-20.0, 20.0)
+    if kind == "kl":
+        return log_r
+    if kind == "abs":
+        return log_r.abs()
+    if kind == "mse":
+        return 0.5 * log_r.square()
+    if kind == "low_var_kl":
+        return torch.expm1(-log_r) + log_r
+    raise ValueError(f"unknown kl type {kind!r}")
+
+
+def adaptive_kl_coef(coef: float, kl: float, target_kl: float, n_steps: int, horizon: int) -> float:
+    """InstructGPT's proportional controller for the in-reward KL coefficient.
+
+    error = clip(kl / target - 1, -0.2, 0.2); coef *= 1 + error * n_steps / horizon.
+    """
+    error = min(max(kl / target_kl - 1.0, -0.2), 0.2)
+    return coef * (1.0 + error * n_steps / horizon)
+
+
+def ppo_loss(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    entropy: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    clip_ratio_c: float | None,
+    entropy_bonus: float,
+    values: torch.Tensor | None = None,
+    old_values: torch.Tensor | None = None,
+    returns: torch.Tensor | None = None,
+    value_clip: float | None = None,
+    huber_delta: float | None = None,
+    value_loss_coef: float = 0.0,
+    kl: torch.Tensor | None = None,
+    kl_loss_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped surrogate (+ clipped value loss when `values` is given) - entropy (+ KL).
+
+    `loss_type: actor_critic` passes values/old_values/returns; `loss_type: actor` leaves them None.
+    Returns the scalar loss and detached metrics, each aggregated with `weights` like the loss.
+    """
+
+    def agg(x: torch.Tensor) -> torch.Tensor:
+        return (x * weights).sum()
+
+    log_ratio = (logprob - old_logprob).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    surr = -advantages * ratio
+    surr_clipped = -advantages * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    pg = torch.maximum(surr, surr_clipped)  # (B,)
+    if clip_ratio_c is not None:
+        # Dual clip: for A < 0 the loss is bounded by -A * c however large the ratio grows.
+        bound = -advantages * clip_ratio_c
+        dual_active = (advantages < 0) & (pg > bound)
+        pg = torch.where(advantages < 0, torch.minimum(pg, bound), pg)
+    else:
+        dual_active = torch.zeros_like(advantages, dtype=torch.bool)
+
+    policy_loss, ent = agg(pg), agg(entropy)
+    loss = policy_loss - entropy_bonus * ent
+    metrics: dict[str, torch.Tensor] = {}
+    if values is not None:
+        assert old_values is not None and returns is not None
+        v_loss = value_error(returns - values, huber_delta)
+        delta_v = values - old_values
+        if value_clip is not None:
+            v_clipped = old_values + delta_v.clamp(-value_clip, value_clip)
+            v_loss = torch.maximum(v_loss, value_error(returns - v_clipped, huber_delta))
+            metrics["value_clipfrac"] = agg((delta_v.detach().abs() > value_clip).float())
+        else:
+            metrics["value_clipfrac"] = torch.zeros((), device=weights.device)
+        value_loss = agg(v_loss)
+        loss = loss + value_loss_coef * value_loss
+        metrics["value_loss"] = value_loss.detach()
+    if kl is not None:
+        kl_loss = agg(kl)
+        loss = loss + kl_loss_coef * kl_loss
+        metrics["kl_loss"] = kl_loss.detach()
+
+    with torch.no_grad():
+        clipped = ((ratio < 1.0 - clip_ratio_low) | (ratio > 1.0 + clip_ratio_high)).float()
+        metrics.update(
+            policy_loss=policy_loss.detach(),
+            entropy=ent.detach(),
+            approx_kl=agg((ratio - 1.0) - log_ratio),
+            clipfrac=agg(clipped),
+            dual_clipfrac=agg(dual_active.float()),
+        )
+    return loss, metrics
 
 
 def actor_critic_loss(
@@ -37,58 +157,36 @@ def actor_critic_loss(
     denom: float | None = None,
     mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate + clipped value loss - entropy bonus over a batch of tokens (B,).
-
-    Returns the scalar loss and detached metrics, each aggregated like the loss (sum / denom).
-    """
+    """The `actor_critic` loss with token-mean aggregation: sum over valid tokens / `denom`."""
     if mask is None:
         mask = torch.ones_like(advantages)
     if denom is None:
-        denom = float(mask.shape[0])
-
-    def agg(x: torch.Tensor) -> torch.Tensor:
-        return (x * mask).sum() / denom
-
-    log_ratio = (logprob - old_logprob).clamp(-20.0, 20.0)
-    ratio = log_ratio.exp()
-    surr = -advantages * ratio
-    surr_clipped = -advantages * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    pg = torch.maximum(surr, surr_clipped)  # (B,)
-    if clip_ratio_c is not None:
-        # Dual clip: for A < 0 the loss is bounded by -A * c however large the ratio grows.
-        bound = -advantages * clip_ratio_c
-        dual_active = (advantages < 0) & (pg > bound)
-        pg = torch.where(advantages < 0, torch.minimum(pg, bound), pg)
-    else:
-        dual_active = torch.zeros_like(advantages, dtype=torch.bool)
-
-    v_loss = value_error(returns - values, huber_delta)
-    delta_v = values - old_values
-    if value_clip is not None:
-        v_clipped = old_values + delta_v.clamp(-value_clip, value_clip)
-        v_loss = torch.maximum(v_loss, value_error(returns - v_clipped, huber_delta))
-        value_clipped = (delta_v.abs() > value_clip).float()
-    else:
-        value_clipped = torch.zeros_like(values)
-
-    policy_loss, value_loss, ent = agg(pg), agg(v_loss), agg(entropy)
-    loss = policy_loss + value_loss_coef * value_loss - entropy_bonus * ent
-
-    with torch.no_grad():
-        clipped = ((ratio < 1.0 - clip_ratio_low) | (ratio > 1.0 + clip_ratio_high)).float()
-        metrics = {
-            "policy_loss": policy_loss.detach(),
-            "value_loss": value_loss.detach(),
-            "entropy": ent.detach(),
-            "approx_kl": agg((ratio - 1.0) - log_ratio),
-            "clipfrac": agg(clipped),
-            "dual_clipfrac": agg(dual_active.float()),
-            "value_clipfrac": agg(value_clipped),
-        }
-    return loss, metrics
+        denom = float(mask.sum())
+    return ppo_loss(
+        logprob,
+        old_logprob,
+        advantages,
+        entropy,
+        mask / denom,
+        clip_ratio_low=clip_ratio_low,
+        clip_ratio_high=clip_ratio_high,
+        clip_ratio_c=clip_ratio_c,
+        entropy_bonus=entropy_bonus,
+        values=values,
+        old_values=old_values,
+        returns=returns,
+        value_clip=value_clip,
+        huber_delta=huber_delta,
+        value_loss_coef=value_loss_coef,
+    )
 
 
-def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """1 - Var[target - pred] / Var[target]; NaN when the target is constant."""
+def explained_variance(
+    pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """1 - Var[target - pred] / Var[target] over the valid entries; NaN when the target is constant."""
+    if mask is not None:
+        keep = mask.bool()
+        pred, target = pred[keep], target[keep]
     var_t = target.var(correction=0)
     return 1.0 - (target - pred).var(correction=0) / var_t

@@ -1,16 +1,19 @@
-"""The PPO update: mini-epochs over shuffled minibatches, micro-batch gradient accumulation."""
+"""The PPO update: mini-epochs over shuffled minibatches, micro-batch gradient accumulation,
+KL loss against a frozen reference, early stopping and the KL-adaptive learning rate."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
-from embodied_ppo.buffer import minibatch_indices
+from embodied_ppo.buffer import minibatch_indices, sequence_minibatch_indices
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
-from embodied_ppo.losses import actor_critic_loss
+from embodied_ppo.losses import kl_estimate, ppo_loss
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.distributions import DiagGaussian
 
-BATCH_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+BATCH_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "mask")
 
 
 class NonFiniteError(RuntimeError):
@@ -30,18 +33,49 @@ def make_optimizer(policy: ActorCritic, optim: OptimConfig) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=optim.lr, eps=optim.adam_eps)
 
 
-def learning_rate(optim: OptimConfig, iteration: int, num_iterations: int) -> float:
-    """The learning rate for 0-based `iteration`: constant, or linear decay to 0 at the end."""
+def learning_rate(optim: OptimConfig, progress: float, current: float | None = None) -> float:
+    """The learning rate at `progress` = global_step / total_steps in [0, 1).
+
+    constant: lr; linear: lr * (1 - progress); adaptive: the current (KL-adapted) rate.
+    """
     if optim.schedule == "linear":
-        return optim.lr * (1.0 - iteration / num_iterations)
+        return optim.lr * (1.0 - progress)
+    if optim.schedule == "adaptive" and current is not None:
+        return current
     return optim.lr
+
+
+def adapt_learning_rate(lr: float, kl: float, optim: OptimConfig) -> float:
+    """KL-adaptive rule: kl > 2 desired -> lr / 1.5; kl < desired / 2 -> lr * 1.5; clamped."""
+    if kl > 2.0 * optim.desired_kl:
+        lr = lr / 1.5
+    elif kl < 0.5 * optim.desired_kl:
+        lr = lr * 1.5
+    return min(max(lr, optim.lr_min), optim.lr_max)
+
+
+def aggregation_weights(mask: torch.Tensor, mode: str, seq_len: int) -> torch.Tensor:
+    """Per-token weights (B,) for a minibatch so that sum(weights * x) is the `loss_agg_func`.
+
+    For the seq-* modes the minibatch is whole sequences laid out back to back (seq_len each).
+    """
+    if mode == "token-mean":
+        return mask / mask.sum().clamp(min=1.0)
+    seqs = mask.reshape(-1, seq_len)  # (S, T)
+    lengths = seqs.sum(dim=1, keepdim=True)  # (S, 1)
+    num_seqs = (lengths > 0).sum().clamp(min=1)
+    if mode == "seq-mean-token-sum":
+        return (seqs / num_seqs).reshape(-1)
+    if mode == "seq-mean-token-mean":
+        return (seqs / (lengths.clamp(min=1.0) * num_seqs)).reshape(-1)
+    raise ValueError(f"unknown loss_agg_func {mode!r}")
 
 
 class PPOUpdate:
     """Runs `update_epochs` passes of clipped-PPO gradient steps over one rollout batch.
 
-    Each minibatch is split into micro-batches whose losses are divided by the minibatch size,
-    so accumulating their gradients gives the minibatch gradient exactly (Rule 3).
+    Each minibatch is split into micro-batches; their losses are weighted with the minibatch's
+    aggregation weights, so accumulating their gradients gives the minibatch gradient (Rule 3).
     """
 
     def __init__(
@@ -51,81 +85,120 @@ class PPOUpdate:
         optim: OptimConfig,
         optimizer: torch.optim.Optimizer,
         generator: torch.Generator,
+        reference: ActorCritic | None = None,
     ) -> None:
         self.policy, self.algo, self.optim = policy, algo, optim
         self.optimizer = optimizer
         self.generator = generator  # CPU generator for minibatch shuffling
+        self.reference = reference  # frozen policy for the KL loss
         self.params = [p for p in policy.parameters() if p.requires_grad]
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One PPO update on a flattened batch (fields of BATCH_FIELDS, leading size B)."""
+    def _minibatches(
+        self, size: int, num_steps: int, device: torch.device
+    ) -> Iterator[torch.Tensor]:
+        a = self.algo
+        if a.loss_agg_func == "token-mean":
+            return minibatch_indices(size, a.minibatch_size, self.generator, device)
+        num_envs = size // num_steps
+        return sequence_minibatch_indices(
+            num_steps, num_envs, a.minibatch_size // num_steps, self.generator, device
+        )
+
+    def update(self, batch: dict[str, torch.Tensor], num_steps: int) -> dict[str, float]:
+        """One PPO update on a flattened (T*N) batch (fields of BATCH_FIELDS) from T = `num_steps`."""
         a = self.algo
         size = batch["advantages"].shape[0]
         device = batch["advantages"].device
         micro = a.micro_batch_size or a.minibatch_size
-        sums: dict[str, torch.Tensor] = {}
-        num_steps = 0
+        use_kl = a.use_kl_loss and self.reference is not None
+        critic = a.loss_type == "actor_critic"
+        sums: dict[str, torch.Tensor | float] = {}
+        num_updates, stopped = 0, False
         for epoch in range(a.update_epochs):
-            for k, idx in enumerate(
-                minibatch_indices(size, a.minibatch_size, self.generator, device)
-            ):
+            for k, idx in enumerate(self._minibatches(size, num_steps, device)):
+                weights = aggregation_weights(batch["mask"][idx], a.loss_agg_func, num_steps)
                 self.optimizer.zero_grad(set_to_none=True)
-                mb_metrics: dict[str, torch.Tensor] = {}
+                mb: dict[str, torch.Tensor | float] = {}
                 mb_loss = torch.zeros((), device=device)
                 for start in range(0, idx.shape[0], micro):
                     j = idx[start : start + micro]
-                    logprob, entropy, value, dist = self.policy.evaluate(
-                        batch["obs"][j], batch["actions"][j]
-                    )
-                    loss, metrics = actor_critic_loss(
+                    w = weights[start : start + micro]
+                    obs, actions = batch["obs"][j], batch["actions"][j]
+                    logprob, entropy, value, dist = self.policy.evaluate(obs, actions)
+                    kl = None
+                    if use_kl:
+                        with torch.no_grad():
+                            ref_dist, _ = self.reference(obs)
+                            ref_logprob = ref_dist.log_prob(actions)
+                        kl = kl_estimate(a.kl_loss_type, logprob, ref_logprob, dist, ref_dist)
+                    loss, metrics = ppo_loss(
                         logprob,
                         batch["logprobs"][j],
                         batch["advantages"][j],
-                        value,
-                        batch["values"][j],
-                        batch["returns"][j],
                         entropy,
+                        w,
                         clip_ratio_low=a.clip_ratio_low,
                         clip_ratio_high=a.clip_ratio_high,
                         clip_ratio_c=a.clip_ratio_c,
+                        entropy_bonus=a.entropy_bonus,
+                        values=value if critic else None,
+                        old_values=batch["values"][j] if critic else None,
+                        returns=batch["returns"][j] if critic else None,
                         value_clip=a.value_clip,
                         huber_delta=a.huber_delta,
-                        entropy_bonus=a.entropy_bonus,
                         value_loss_coef=a.value_loss_coef,
-                        denom=float(idx.shape[0]),
+                        kl=kl,
+                        kl_loss_coef=a.kl_loss_coef,
                     )
                     loss.backward()
-                    mb_loss += loss.detach()
+                    mb_loss = mb_loss + loss.detach()
                     if isinstance(dist, DiagGaussian):
-                        metrics["std"] = dist.std.detach().mean(dim=-1).sum() / idx.shape[0]
+                        metrics["std"] = (dist.std.detach().mean(dim=-1) * w).sum()
                     for name, v in metrics.items():
-                        mb_metrics[name] = mb_metrics.get(name, 0.0) + v
+                        mb[name] = mb.get(name, 0.0) + v
+                if a.early_stop_kl is not None and float(mb["approx_kl"]) > a.early_stop_kl:
+                    # The policy already moved too far from the behaviour policy: drop this
+                    # minibatch's gradient and end the update.
+                    self.optimizer.zero_grad(set_to_none=True)
+                    stopped = True
+                    break
                 grad_norm = self._clip_grads()
                 # A non-finite loss can still give finite (e.g. Huber-bounded) gradients: check both.
                 if not torch.isfinite(grad_norm + mb_loss):
-                    raise NonFiniteError(self._culprit(mb_metrics), epoch, k)
+                    raise NonFiniteError(self._culprit(mb), epoch, k)
+                if self.optim.schedule == "adaptive":
+                    self.set_lr(adapt_learning_rate(self.lr, float(mb["approx_kl"]), self.optim))
                 self.optimizer.step()
-                mb_metrics["grad_norm"] = grad_norm
-                for name, v in mb_metrics.items():
+                mb["grad_norm"] = grad_norm
+                for name, v in mb.items():
                     sums[name] = sums.get(name, 0.0) + v
-                num_steps += 1
-        out = {name: float(v) / num_steps for name, v in sums.items()}
-        out["num_gradient_steps"] = float(num_steps)
+                num_updates += 1
+            if stopped:
+                break
+        out = {name: float(v) / max(num_updates, 1) for name, v in sums.items()}
+        out["num_gradient_steps"] = float(num_updates)
+        out["early_stopped"] = float(stopped)
         return out
 
     def _clip_grads(self) -> torch.Tensor:
         grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return torch.zeros(())
         if self.optim.max_grad_norm is None:
             return torch.nn.utils.get_total_norm(grads)
         return torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm)
 
     @staticmethod
-    def _culprit(metrics: dict[str, torch.Tensor]) -> str:
-        for name in ("policy_loss", "value_loss", "entropy"):
+    def _culprit(metrics: dict[str, torch.Tensor | float]) -> str:
+        for name in ("policy_loss", "value_loss", "entropy", "kl_loss"):
             if name in metrics and not torch.isfinite(torch.as_tensor(metrics[name])):
                 return name
         return "gradient"

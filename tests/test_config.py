@@ -119,7 +119,10 @@ def test_resolved_yaml_round_trips(tmp_path):
             {"algorithm": {"normalize_advantages": "yes"}},
             "algorithm.normalize_advantages: got 'yes', expected true/false",
         ),
-        ({"algorithm": {"adv_type": "grpo"}}, "algorithm.adv_type: got 'grpo', allowed: gae"),
+        (
+            {"algorithm": {"adv_type": "vtrace"}},
+            "algorithm.adv_type: got 'vtrace', allowed: gae | grpo | rloo | reinforce_plus_plus",
+        ),
         ({"model": {"activation": "tahn"}}, "did you mean 'tanh'"),
         ({"algorithm": {"gamma": 1.5}}, "algorithm.gamma: got 1.5, expected a number in [0, 1]"),
         ({"algorithm": {"clip_ratio_c": 0.5}}, "algorithm.clip_ratio_c: got 0.5"),

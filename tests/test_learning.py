@@ -75,3 +75,38 @@ def test_humanoid_smoke_run_writes_a_loadable_checkpoint(tmp_path):
     assert state["model_spec"]["obs_dim"] == 348 and state["model_spec"]["action_dim"] == 17
     action, _, _ = policy.act(torch.zeros(1, 348), deterministic=True)
     assert action.shape == (1, 17) and torch.isfinite(action).all()
+
+
+def test_grpo_improves_cartpole(tmp_path):
+    trainer = train_config("cartpole_grpo.yaml", tmp_path, "trainer.total_steps=40000")
+    import json
+
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    first, last = records[0]["charts/episodic_return"], records[-1]["charts/episodic_return"]
+    assert first < 60.0
+    assert last >= 300.0
+    assert greedy_return(trainer.policy, trainer.cfg) >= 300.0
+
+
+def mean_logged(run_dir: Path, tag: str) -> float:
+    import json
+
+    values = [json.loads(x)[tag] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return float(np.mean(values))
+
+
+def test_kl_loss_keeps_a_fine_tuned_policy_closer_to_its_reference(tmp_path):
+    pre = train_config("cartpole.yaml", tmp_path / "pre", "trainer.total_steps=20000")
+    common = [
+        f"model.init_from={pre.run_dir}",
+        "algorithm.use_kl_loss=true",
+        "algorithm.kl_loss_type=full",
+        "optim.lr=0.003",
+        "optim.schedule=constant",
+        "trainer.total_steps=12800",
+    ]
+    free = train_config("cartpole.yaml", tmp_path / "free", *common, "algorithm.kl_loss_coef=0.0")
+    held = train_config("cartpole.yaml", tmp_path / "held", *common, "algorithm.kl_loss_coef=1.0")
+    kl_free = mean_logged(free.run_dir, "losses/kl_loss")
+    kl_held = mean_logged(held.run_dir, "losses/kl_loss")
+    assert kl_held < 0.5 * kl_free

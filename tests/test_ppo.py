@@ -11,7 +11,13 @@ from test_modules import spec
 from embodied_ppo.buffer import minibatch_indices
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
 from embodied_ppo.modules import ActorCritic
-from embodied_ppo.ppo import NonFiniteError, PPOUpdate, learning_rate, make_optimizer
+from embodied_ppo.ppo import (
+    NonFiniteError,
+    PPOUpdate,
+    adapt_learning_rate,
+    learning_rate,
+    make_optimizer,
+)
 
 
 def random_batch(kind="gaussian", n=48, seed=0):
@@ -28,6 +34,7 @@ def random_batch(kind="gaussian", n=48, seed=0):
         "values": torch.randn(n, generator=g),
         "advantages": torch.randn(n, generator=g),
         "returns": torch.randn(n, generator=g),
+        "mask": torch.ones(n),
     }
 
 
@@ -47,7 +54,7 @@ def run_update(kind, micro, algo_kw=None, optim_kw=None, seed=0):
     upd = PPOUpdate(
         policy, algo, optim, make_optimizer(policy, optim), torch.Generator().manual_seed(1)
     )
-    metrics = upd.update(random_batch(kind))
+    metrics = upd.update(random_batch(kind), 8)
     return policy, metrics
 
 
@@ -118,15 +125,27 @@ def test_non_finite_loss_never_reaches_the_weights():
     batch = random_batch()
     batch["returns"][3] = float("nan")
     with pytest.raises(NonFiniteError, match="value_loss"):
-        upd.update(batch)
+        upd.update(batch, 8)
     for k, v in policy.state_dict().items():
         assert torch.equal(v, before[k])
 
 
 def test_learning_rate_schedules():
-    assert learning_rate(OptimConfig(lr=1.0), 5, 10) == 1.0
+    assert learning_rate(OptimConfig(lr=1.0), 0.5) == 1.0
     lin = OptimConfig(lr=1.0, schedule="linear")
-    assert [learning_rate(lin, i, 4) for i in range(4)] == [1.0, 0.75, 0.5, 0.25]
+    assert [learning_rate(lin, p) for p in (0.0, 0.25, 0.5, 0.75)] == [1.0, 0.75, 0.5, 0.25]
+    ada = OptimConfig(lr=1e-3, schedule="adaptive")
+    assert learning_rate(ada, 0.9, current=4e-3) == 4e-3
+
+
+def test_adaptive_learning_rate_thresholds():
+    o = OptimConfig(lr=1e-3, schedule="adaptive", desired_kl=0.01, lr_min=1e-5, lr_max=1e-2)
+    assert adapt_learning_rate(1e-3, 0.021, o) == pytest.approx(1e-3 / 1.5)  # kl > 2 x desired
+    assert adapt_learning_rate(1e-3, 0.019, o) == 1e-3  # in between: unchanged
+    assert adapt_learning_rate(1e-3, 0.0051, o) == 1e-3
+    assert adapt_learning_rate(1e-3, 0.0049, o) == pytest.approx(1.5e-3)  # kl < desired / 2
+    assert adapt_learning_rate(9e-3, 0.0, o) == 1e-2  # clamped at lr_max
+    assert adapt_learning_rate(1.2e-5, 1.0, o) == 1e-5  # clamped at lr_min
 
 
 def test_update_reduces_the_loss_on_a_fixed_batch():
@@ -138,7 +157,9 @@ def test_update_reduces_the_loss_on_a_fixed_batch():
     err0 = (batch["returns"] - v0).square().mean()
     algo = AlgorithmConfig(minibatch_size=48, update_epochs=300, value_clip=None)
     optim = OptimConfig(lr=3e-3)
-    PPOUpdate(policy, algo, optim, make_optimizer(policy, optim), torch.Generator()).update(batch)
+    PPOUpdate(policy, algo, optim, make_optimizer(policy, optim), torch.Generator()).update(
+        batch, 8
+    )
     with torch.no_grad():
         err1 = (batch["returns"] - policy.value(batch["obs"])).square().mean()
     assert err1 < 0.5 * err0

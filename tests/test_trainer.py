@@ -145,11 +145,11 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path, monkeypatch):
     real = trainer.updater.update
     calls = {"n": 0}
 
-    def poisoned(batch):
+    def poisoned(batch, num_steps):
         calls["n"] += 1
         if calls["n"] == 2:
             batch["returns"][0] = float("inf")
-        return real(batch)
+        return real(batch, num_steps)
 
     monkeypatch.setattr(trainer.updater, "update", poisoned)
     with pytest.raises(
