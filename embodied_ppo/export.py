@@ -343,7 +343,10 @@ def export_policy(
         **policy.metadata,
         "input_name": "obs",
         "output_name": "action",
-        "batch_dim": "dynamic (obs: (batch, obs_dim)); TorchScript also takes a single (obs_dim,)",
+        # Accepted input shapes ("batch" = any size).
+        "input_shapes": [["batch", policy.obs_dim]]
+        if fmt == "onnx"
+        else [[policy.obs_dim], ["batch", policy.obs_dim]],
         "deterministic": True,
         "normalizer": "folded in (raw observations in)",
         "package_version": __version__,

@@ -110,6 +110,7 @@ def test_torchscript_export_equals_eager(runs, kind, tmp_path):
 
     meta = json.loads(meta_path.read_text())
     assert meta["format"] == "torchscript"
+    assert meta["input_shapes"] == [[eager.obs_dim], ["batch", eager.obs_dim]]
     assert meta["env_id"] == ENVS[kind]
     assert meta["observation"]["shape"] == [eager.obs_dim]
     assert meta["source_checkpoint"].endswith("latest.pt")
@@ -150,6 +151,7 @@ def test_onnx_export_equals_eager(runs, kind, tmp_path):
     assert (
         meta["format"] == "onnx" and meta["input_name"] == "obs" and meta["output_name"] == "action"
     )
+    assert meta["input_shapes"] == [["batch", eager.obs_dim]]
 
 
 def test_default_export_path_is_in_the_run_directory(runs, capsys):
