@@ -384,3 +384,35 @@ def test_render_error_is_a_user_error():
     from embodied_ppo.errors import UserError
 
     assert issubclass(RenderError, UserError)
+
+
+@pytest.mark.parametrize(
+    "env, works, expected",
+    [
+        ({"MUJOCO_GL": "osmesa"}, {"egl"}, "osmesa"),  # an explicit choice is always respected
+        ({"DISPLAY": ":0"}, {"egl"}, None),  # a display: MuJoCo's default (GLFW)
+        ({}, {"egl", "osmesa"}, "egl"),  # headless: EGL first
+        ({}, {"osmesa"}, "osmesa"),  # then OSMesa where EGL is missing
+        ({}, set(), None),  # neither: nothing set, the hint says what to install
+    ],
+)
+def test_headless_backend_choice(monkeypatch, env, works, expected):
+    from embodied_ppo import render
+
+    for name in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(render, "_choice", None)
+    monkeypatch.setattr(render.sys, "platform", "linux")
+    monkeypatch.setattr(render, "probe_backend", lambda backend: backend in works)
+    monkeypatch.delitem(sys.modules, "OpenGL", raising=False)
+    choice = render.configure_headless_gl()
+    assert choice.backend == expected
+    assert os.environ.get("MUJOCO_GL") == expected
+    if expected in ("egl", "osmesa"):
+        assert os.environ["PYOPENGL_PLATFORM"] == expected
+    if not env:
+        assert os.environ["SDL_VIDEODRIVER"] == "dummy"
+    if expected is None and not env:
+        assert "apt-get install libegl1" in choice.hint() and "libosmesa6" in choice.hint()
