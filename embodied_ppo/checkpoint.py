@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
+import re
 import tempfile
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -92,17 +93,73 @@ def _replace_with_link(src: Path, dst: Path, data: bytes) -> None:
         atomic_write_bytes(dst, data)
 
 
+def remove_stale_temp_files(run_dir: Path) -> list[Path]:
+    """Delete the temp files a writer killed mid-write left behind; returns what was removed.
+
+    Only call this when no other process writes to `run_dir` (e.g. when resuming it). Loading
+    never looks at these files, so leaving them is harmless, only untidy.
+    """
+    removed = []
+    for folder in (Path(run_dir), checkpoints_dir(run_dir)):
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            name = path.name
+            stale = name.startswith(".") and (name.endswith(".tmp") or name.endswith(".link"))
+            if stale and path.is_file():
+                try:
+                    path.unlink()
+                    removed.append(path)
+                except OSError:
+                    pass
+    return removed
+
+
+def trim_metrics(path: Path, max_step: int) -> int:
+    """Keep the records of metrics.jsonl up to global step `max_step`; returns how many were dropped.
+
+    A resumed run repeats the iterations after its checkpoint; without this they would be
+    logged twice. A line torn by a kill (not valid JSON) is dropped too.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    data = path.read_bytes()
+    lines = data.splitlines()
+    keep = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("global_step", 0) <= max_step:
+            keep.append(line + b"\n")
+    dropped = len(lines) - len(keep)
+    if dropped or (data and not data.endswith(b"\n")):
+        atomic_write_bytes(path, b"".join(keep))
+    return dropped
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint file, or a run directory (-> its checkpoints/latest.pt)."""
     path = Path(path)
     if path.is_dir():
         candidate = checkpoints_dir(path) / "latest.pt"
         if not candidate.is_file():
-            raise CheckpointError(f"{path}: no checkpoint found (expected {candidate})")
+            others = sorted(
+                checkpoints_dir(path).glob("ckpt_*.pt"), key=lambda p: _step_of(p.name)
+            )
+            hint = f"; to resume from {others[-1].name}, copy it to latest.pt" if others else ""
+            raise CheckpointError(f"{path}: no checkpoint found (expected {candidate}){hint}")
         return candidate
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint file or run directory")
     return path
+
+
+def _step_of(name: str) -> int:
+    digits = name.removeprefix("ckpt_").removesuffix(".pt")
+    return int(digits) if digits.isdigit() else -1
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -113,11 +170,17 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsupported content"
+        # torch's message suggests retrying with weights_only=False: never show that advice.
+        code = re.search(r"GLOBAL (\S+)", str(exc))
+        if code:
+            raise CheckpointError(
+                f"{path}: refused to load: it asks to import {code.group(1)}, which could run "
+                "code; checkpoints hold tensors and plain data only"
+            ) from None
         raise CheckpointError(
-            f"{path}: refused to load, it holds more than tensors and plain data ({first[:200]})"
+            f"{path}: not a readable checkpoint (corrupt, or not a torch file)"
         ) from None
-    except (zipfile.BadZipFile, EOFError, RuntimeError, OSError, ValueError) as exc:
+    except Exception as exc:  # any parse failure of an untrusted file is a bad file
         raise CheckpointError(
             f"{path}: not a readable checkpoint (truncated or corrupt: {type(exc).__name__})"
         ) from None
