@@ -259,8 +259,10 @@ class EpisodeRunner:
         seeds: list[int],
         on_frame: Callable[[int, np.ndarray], None] | None = None,
         record_episodes: int | None = None,
+        on_episode: Callable[[int, float, int], None] | None = None,
     ) -> EvalResult:
-        """One episode per seed; frames of the first `record_episodes` (default all) go to `on_frame`."""
+        """One episode per seed; frames of the first `record_episodes` (default all) go to
+        `on_frame`; `on_episode(index, return, length)` hears of each episode as it ends."""
         result = EvalResult()
         for ep, seed in enumerate(seeds):
             record = on_frame is not None and (record_episodes is None or ep < record_episodes)
@@ -279,6 +281,8 @@ class EpisodeRunner:
             result.returns.append(total)
             result.lengths.append(length)
             result.seeds.append(int(seed))
+            if on_episode is not None:
+                on_episode(ep, total, length)
         return result
 
     def close(self) -> None:
@@ -406,15 +410,20 @@ def evaluate_command(
             writer = VideoWriter(video_path, runner.fps)
         act = deterministic_action(net) if deterministic else stochastic_action(policy, seed)
         kind = "deterministic" if deterministic else "stochastic"
+        at = f", step {step:,}" if isinstance(step, int) else ""
         print(
-            f"evaluating {ckpt} ({cfg.env.id}, step {step:,}) for {episodes} {kind} episode(s), seed {seed}",
+            f"evaluating {ckpt} ({cfg.env.id}{at}) for {episodes} {kind} episode(s), seed {seed}",
             file=out,
+            flush=True,
         )
-        seeds = eval_seeds(seed, episodes)
+
+        def report(i: int, ret: float, length: int) -> None:
+            print(
+                f"episode {i + 1:>3}: return {ret:10.2f}  length {length:>6}", file=out, flush=True
+            )
+
         on_frame = (lambda _ep, frame: writer.append(frame)) if writer is not None else None
-        result = runner.run(act, seeds, on_frame=on_frame)
-        for i, (ret, length) in enumerate(zip(result.returns, result.lengths, strict=True)):
-            print(f"episode {i + 1:>3}: return {ret:10.2f}  length {length:>6}", file=out)
+        result = runner.run(act, eval_seeds(seed, episodes), on_frame=on_frame, on_episode=report)
         frames, size = (writer.frames, writer.size) if writer is not None else (0, None)
         if writer is not None:
             writer.close()
