@@ -127,7 +127,7 @@ def _add_eval_export_plot(sub: argparse._SubParsersAction) -> None:
         "--smooth",
         type=int,
         default=1,
-        help="moving average over N logged points (default 1: none)",
+        help="moving average of the training curve over N logged points (default 1: none)",
     )
     pl.add_argument("--title", default=None, help="figure title")
 

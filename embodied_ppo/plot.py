@@ -3,7 +3,7 @@
 Episodic return (training `charts/episodic_return`, solid; evaluation `eval/episodic_return`,
 dashed) against environment steps, read from each run's metrics.jsonl. Runs whose config.yaml
 agree on everything but trainer.seed (and keys that only say where or how often things
-ran: run_dir, device, torch_threads, log/checkpoint/video intervals) are one experiment: drawn as the mean
+ran: run_dir, device, torch_threads, log/checkpoint/eval/video intervals) are one experiment: drawn as the mean
 over seeds with a +-1 std band, on the steps all of them reached.
 """
 
@@ -29,6 +29,7 @@ _IGNORED_KEYS = {
     "trainer.torch_threads",
     "trainer.log_interval",
     "trainer.checkpoint_interval",
+    "trainer.eval_interval",
     "trainer.video_interval",
 }
 
@@ -204,7 +205,8 @@ def plot_runs(
             if not curves:
                 continue
             style = "-" if kind == "train" else "--"
-            steps, mean, std = mean_band(curves, smooth)
+            # Evaluations are sparse and already averaged over episodes: smooth training only.
+            steps, mean, std = mean_band(curves, smooth if kind == "train" else 1)
             ax.plot(steps, mean, style, color=color, label=f"{label} {kind}", linewidth=1.6)
             if len(curves) > 1:
                 ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
