@@ -91,7 +91,7 @@ class VideoWriter:
             import imageio_ffmpeg  # noqa: F401  (the ffmpeg binary the plugin needs)
         except ImportError:
             raise RenderError(
-                "--video needs imageio and imageio-ffmpeg: pip install 'embodied-ppo[video]'"
+                "--video needs imageio and imageio-ffmpeg (dependencies of embodied-ppo): pip install imageio imageio-ffmpeg"
             ) from None
         self.path = Path(path)
         self.tmp = self.path.with_name(f".{self.path.stem}.{os.getpid()}.partial.mp4")
@@ -170,7 +170,7 @@ def log_video(writer: Any, tag: str, frames: list[np.ndarray], fps: float, step:
 def _dependency_hint(exc: BaseException) -> str | None:
     text = str(exc)
     if "pygame" in text:
-        return "rendering this environment needs pygame: pip install 'embodied-ppo[video]'"
+        return "rendering this environment needs pygame (a dependency of embodied-ppo): pip install pygame"
     return None
 
 
