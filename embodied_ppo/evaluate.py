@@ -292,7 +292,7 @@ class EpisodeRunner:
 
 def deterministic_action(net: PolicyNet) -> Action:
     """The deployed policy's action for one observation, as the env expects it."""
-    device = net.obs_mean.device
+    device = net.action_low.device
 
     def act(obs: np.ndarray) -> Any:
         with torch.no_grad():

@@ -52,15 +52,11 @@ class PolicyNet(nn.Module):
     def __init__(self, policy: ActorCritic) -> None:
         super().__init__()
         spec = policy.spec
-        norm = policy.obs_normalizer
         self.obs_dim = int(spec["obs_dim"])
         self.is_gaussian = bool(policy.is_gaussian)
-        self.normalize = bool(norm.enabled)
-        self.has_clip = norm.clip is not None
-        self.clip = float(norm.clip) if norm.clip is not None else 0.0
-        # The same float32 casts ObsNormalizer.forward does, done once (frozen statistics).
-        self.register_buffer("obs_mean", norm.mean.detach().to(torch.float32).clone())
-        self.register_buffer("obs_std", torch.sqrt(norm.var.detach() + norm.eps).to(torch.float32))
+        # The training module's own normalizer, statistics included: its forward never updates
+        # them, so the copy is frozen, and it computes exactly what training computed.
+        self.obs_normalizer = copy.deepcopy(policy.obs_normalizer)
         self.backbone = copy.deepcopy(policy.actor_backbone)
         self.head = copy.deepcopy(policy.action_head)
         self.register_buffer("action_low", policy.action_low.detach().to(torch.float32).clone())
@@ -86,11 +82,7 @@ class PolicyNet(nn.Module):
         x = obs.to(torch.float32)
         if single:
             x = x.unsqueeze(0)
-        if self.normalize:
-            x = (x - self.obs_mean) / self.obs_std
-        if self.has_clip:
-            x = x.clamp(-self.clip, self.clip)
-        out = self.head(self.backbone(x))  # (B, A) means or logits
+        out = self.head(self.backbone(self.obs_normalizer(x)))  # (B, A) means or logits
         if self.is_gaussian:
             action = torch.maximum(torch.minimum(out, self.action_high), self.action_low)
         else:
@@ -132,7 +124,7 @@ class Policy(nn.Module):
                     f"cannot convert {type(obs).__name__} ({str(exc).splitlines()[0]})"
                 ) from None
         self._check(obs)
-        device = self.net.obs_mean.device
+        device = self.net.action_low.device
         with torch.no_grad():
             action = self.net(obs.to(device))
         return action.cpu().numpy() if as_numpy else action

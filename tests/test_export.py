@@ -17,7 +17,13 @@ from conftest import tiny_config
 from embodied_ppo.checkpoint import load_checkpoint
 from embodied_ppo.cli import main
 from embodied_ppo.errors import CheckpointError
-from embodied_ppo.export import ExportError, ObservationError, export_policy, load_policy
+from embodied_ppo.export import (
+    ExportError,
+    ObservationError,
+    export_policy,
+    load_policy,
+    policy_from_state,
+)
 from embodied_ppo.modules import ActorCritic
 from embodied_ppo.trainer import Trainer
 
@@ -86,12 +92,21 @@ def test_load_policy_matches_the_training_module(runs, kind):
 
 
 def test_observation_normalizer_is_folded_in(runs):
-    """Changing the stored normalizer statistics changes the deployed actions."""
-    policy = load_policy(runs["categorical"])
-    net = policy.net
-    state = load_checkpoint(runs["categorical"])
-    torch.testing.assert_close(net.obs_mean, state["model"]["obs_normalizer.mean"].float())
-    assert state["model"]["obs_normalizer.count"] > 0
+    """Raw observations in: the stored statistics normalize and clip them inside the policy."""
+    state = load_checkpoint(runs["gaussian"])
+    model = state["model"]
+    assert model["obs_normalizer.count"] > 0
+    ac = ActorCritic(state["model_spec"])
+    ac.load_state_dict(model)
+    obs = random_obs(3, 32, seed=3)
+    std = torch.sqrt(model["obs_normalizer.var"] + 1e-8)
+    x = ((obs.double() - model["obs_normalizer.mean"]) / std).float().clamp(-10.0, 10.0)
+    with torch.no_grad():
+        by_hand = ac.action_head(ac.actor_backbone(x)).clamp(-2.0, 2.0)
+    deployed = policy_from_state(state)(obs)
+    torch.testing.assert_close(deployed, by_hand, atol=1e-4, rtol=0)
+    model["obs_normalizer.mean"] = model["obs_normalizer.mean"] + 3.0
+    assert not torch.allclose(policy_from_state(state)(obs), deployed)
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
