@@ -10,7 +10,11 @@ import torch
 from embodied_ppo.buffer import RolloutBuffer
 from embodied_ppo.envs import VecEnv
 from embodied_ppo.modules.actor_critic import ActorCritic
+from embodied_ppo.modules.host_policy import HostPolicy, host_supported
 from embodied_ppo.modules.normalizer import RewardScaler
+
+# Above this many envs per forward, torch on the training device beats numpy on the host.
+HOST_INFERENCE_MAX_ENVS = 256
 
 
 @dataclass
@@ -22,12 +26,25 @@ class RolloutStats:
     steps: int = 0  # environment steps taken (N per vector step)
 
 
+def pick_inference(mode: str, policy: ActorCritic, num_envs: int) -> str:
+    """`host` (numpy snapshot) or `device` (torch) for `inference: auto | host | device`."""
+    if mode == "auto":
+        return "host" if num_envs <= HOST_INFERENCE_MAX_ENVS and host_supported(policy) else "device"
+    if mode == "host" and not host_supported(policy):
+        raise ValueError("host inference does not support this policy's activation")
+    return mode
+
+
 class Collector:
     """Fills a RolloutBuffer by stepping `envs` with `policy`.
 
-    The observation normalizer is updated here and only here, once per step with the batch of
-    observations the policy acts on. `micro_batch` bounds how many envs go through one policy
-    forward; noise is drawn for all envs at once, so it never changes a sample (Rule 3).
+    The policy, normalizer included, is fixed during collection: the stored log-probs and values
+    are exactly those of the policy the update starts from. Inference runs either on a numpy
+    snapshot of the policy on the host (`host`: far less overhead for the small batches of a
+    rollout) or with torch on the training device (`device`). Everything the rollout produces is
+    staged on the host and copied to the buffer once per rollout. `micro_batch` bounds how many
+    envs go through one forward; all sampling noise of a rollout is drawn at once, so neither the
+    chunking nor the inference path changes a sample (Rule 3).
     """
 
     def __init__(
@@ -38,37 +55,67 @@ class Collector:
         reward_scaler: RewardScaler,
         device: torch.device,
         micro_batch: int | None = None,
+        inference: str = "auto",
     ) -> None:
         self.envs, self.policy, self.buffer = envs, policy, buffer
         self.reward_scaler, self.device = reward_scaler, device
         self.micro_batch = micro_batch or envs.num_envs
-        self.obs: torch.Tensor | None = None  # (N, obs_dim) on device
+        self.inference = pick_inference(inference, policy, envs.num_envs)
+        self.obs: torch.Tensor | None = None  # (N, obs_dim): on the host for host inference
+        T, N, D = buffer.num_steps, envs.num_envs, buffer.obs.shape[-1]
+        action_shape = tuple(buffer.actions.shape[2:])
+        self._noise_shape = (int(policy.spec["action_dim"]),) if policy.is_gaussian else ()
+        # Host staging (T, N, ...): one copy to the buffer per rollout.
+        self._stage = {
+            "obs": np.zeros((T, N, D), dtype=np.float32),
+            "actions": np.zeros((T, N, *action_shape), dtype=np.float32 if policy.is_gaussian else np.int64),
+            "logprobs": np.zeros((T, N), dtype=np.float32),
+            "values": np.zeros((T, N), dtype=np.float32),
+            "final_values": np.zeros((T, N), dtype=np.float32),
+            "truncated": np.zeros((T, N), dtype=bool),
+            "rewards": np.zeros((T, N), dtype=np.float32),
+            "terminated": np.zeros((T, N), dtype=bool),
+            "ends": np.zeros((T, N), dtype=bool),
+            "mask": np.ones((T, N), dtype=bool),
+        }
+
+    @property
+    def _obs_device(self) -> torch.device:
+        return torch.device("cpu") if self.inference == "host" else self.device
 
     def reset(self, seeds: list[int] | None = None) -> None:
         """Reset the envs (default: the run's per-env seeds) and remember the first observation."""
-        self.obs = self._to_device(self.envs.reset(seeds))
+        self.obs = self._tensor(self.envs.reset(seeds))
 
-    def _to_device(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array).to(self.device, non_blocking=True)
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)  # zero-copy view of the env's array
+        device = self._obs_device
+        if device.type == "cpu":
+            return tensor
+        return tensor.pin_memory().to(device, non_blocking=True)
 
-    def _act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        noise = self.policy.sample_noise(obs.shape[0], self.device)
+    def _chunks(self, n: int) -> list[slice]:
+        return [slice(i, i + self.micro_batch) for i in range(0, n, self.micro_batch)]
+
+    # ------------------------------------------------------------------ the two inference paths
+    def _act_device(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[np.ndarray, ...]:
+        parts = [self.policy.act(obs[c], noise[c]) for c in self._chunks(obs.shape[0])]
+        return tuple(torch.cat(p).cpu().numpy() for p in zip(*parts))
+
+    def _value_device(self, obs: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(obs).to(self.device)
+        return torch.cat([self.policy.value(x[c]) for c in self._chunks(x.shape[0])]).cpu().numpy()
+
+    def _act_host(self, host: HostPolicy, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, ...]:
         if obs.shape[0] <= self.micro_batch:
-            return self.policy.act(obs, noise)
-        parts = [
-            self.policy.act(obs[i : i + self.micro_batch], noise[i : i + self.micro_batch])
-            for i in range(0, obs.shape[0], self.micro_batch)
-        ]
-        return tuple(torch.cat(p) for p in zip(*parts))  # type: ignore[return-value]
+            return host.act(obs, noise)
+        parts = [host.act(obs[c], noise[c]) for c in self._chunks(obs.shape[0])]
+        return tuple(np.concatenate(p) for p in zip(*parts))
 
-    def _value(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.cat(
-            [
-                self.policy.value(obs[i : i + self.micro_batch])
-                for i in range(0, obs.shape[0], self.micro_batch)
-            ]
-        )
+    def _value_host(self, host: HostPolicy, obs: np.ndarray) -> np.ndarray:
+        return np.concatenate([host.value(obs[c]) for c in self._chunks(obs.shape[0])])
 
+    # ----------------------------------------------------------------------------- the rollout
     @torch.inference_mode()
     def collect(self, episode_seeds: list[int] | None = None) -> RolloutStats:
         """Run up to `buffer.num_steps` vector steps and fill every buffer field but advantages.
@@ -76,53 +123,84 @@ class Collector:
         Continuing mode (default): envs carry on across rollouts and every step counts. Episodic
         mode (`episode_seeds` given): every env is reset with its seed, runs one episode, and the
         steps after its end are masked out (`buf.mask`); collection stops once all have ended.
+        Rewards are scaled once per rollout (RewardScaler.scale_rollout).
         """
         episodic = episode_seeds is not None
         if episodic:
             self.reset(episode_seeds)
         assert self.obs is not None, "call reset() first"
-        buf, stats = self.buffer, RolloutStats()
-        buf.truncated.zero_()
-        buf.final_values.zero_()
-        buf.mask.fill_(1.0)
-        done = np.zeros(self.envs.num_envs, dtype=bool)  # episodic: env finished its episode
-        for t in range(buf.num_steps):
-            obs = self.obs
-            if self.policy.obs_normalizer.enabled:
-                # Only observations the learner will train on feed the statistics.
-                self.policy.obs_normalizer.update(
-                    obs[self._to_device(~done)] if done.any() else obs
-                )
-            action, logprob, value = self._act(obs)
-            buf.obs[t] = obs
-            buf.actions[t] = action
-            buf.logprobs[t] = logprob
-            buf.values[t] = value
+        buf, stats, st = self.buffer, RolloutStats(), self._stage
+        T, N = buf.num_steps, self.envs.num_envs
+        st["ends"].fill(False)
+        st["mask"].fill(True)
+        st["truncated"].fill(False)
+        st["final_values"].fill(0.0)
+        # All sampling noise of the rollout in one draw (torch RNG, on the host).
+        noise_t = self.policy.sample_noise(T * N, torch.device("cpu")).reshape(T, N, *self._noise_shape)
+        host = HostPolicy(self.policy) if self.inference == "host" else None
+        obs_np = self.obs.cpu().numpy()
+        if host is not None:
+            noise = noise_t.numpy()
+        else:
+            noise_dev = noise_t.to(self.device)
+            obs_t = self.obs.to(self.device)
+        done = np.zeros(N, dtype=bool)  # episodic: env finished its episode
+        steps = T
+        for t in range(T):
+            if host is not None:
+                action, logprob, value = self._act_host(host, obs_np, noise[t])
+            else:
+                action, logprob, value = self._act_device(obs_t, noise_dev[t])
+            st["obs"][t] = obs_np
+            st["actions"][t] = action
+            st["logprobs"][t] = logprob
+            st["values"][t] = value
 
-            res = self.envs.step(action.cpu().numpy())
-            ends_np = res.terminated | res.truncated
-            ends = self._to_device(ends_np)
-            buf.rewards[t] = self.reward_scaler(self._to_device(res.reward), ends)
-            buf.terminated[t] = self._to_device(res.terminated)
-            buf.ends[t] = ends
+            res = self.envs.step(action)
+            st["rewards"][t] = res.reward
+            st["terminated"][t] = res.terminated
+            np.logical_or(res.terminated, res.truncated, out=st["ends"][t])
             trunc_only = np.flatnonzero(res.truncated & ~res.terminated)
             if trunc_only.size:
                 # Bootstrap a time-limit cut with V(final_obs), never V(reset obs).
-                idx = torch.from_numpy(trunc_only).to(self.device)
-                buf.final_values[t, idx] = self._value(self._to_device(res.final_obs[trunc_only]))
-                buf.truncated[t, idx] = True
+                final = res.final_obs[trunc_only]
+                st["final_values"][t, trunc_only] = (
+                    self._value_host(host, final) if host is not None else self._value_device(final)
+                )
+                st["truncated"][t, trunc_only] = True
             for env, ret, length in zip(res.episode_envs, res.episode_returns, res.episode_lengths):
                 if not done[env]:
                     stats.episode_returns.append(ret)
                     stats.episode_lengths.append(length)
-            self.obs = self._to_device(res.obs)
-            stats.steps += self.envs.num_envs
+            obs_np = res.obs
+            if host is None:
+                obs_t = torch.from_numpy(obs_np).to(self.device, non_blocking=True)
+            stats.steps += N
             if episodic:
-                buf.mask[t] = self._to_device(~done)
-                done |= ends_np
+                st["mask"][t] = ~done
+                done |= st["ends"][t]
                 if done.all():
-                    buf.mask[t + 1 :] = 0.0
-                    buf.ends[t + 1 :] = 1.0
+                    st["mask"][t + 1 :] = False
+                    st["ends"][t + 1 :] = True
+                    steps = t + 1
                     break
-        buf.finalize_next_values(self._value(self.obs))
+        if steps < T:  # unused tail of an episodic rollout: keep it finite and inert
+            for name in ("obs", "actions", "logprobs", "values", "rewards"):
+                st[name][steps:] = 0
+            st["terminated"][steps:] = True
+        last = self._value_host(host, obs_np) if host is not None else self._value_device(obs_np)
+        self.obs = self._tensor(obs_np.copy())  # the env may reuse its observation array
+        self._to_buffer(torch.from_numpy(last))
+        buf.rewards.copy_(self.reward_scaler.scale_rollout(buf.rewards, buf.ends, buf.mask if episodic else None))
         return stats
+
+    def _to_buffer(self, last_values: torch.Tensor) -> None:
+        """One host -> device copy per field per rollout."""
+        buf, st = self.buffer, self._stage
+        for name, array in st.items():
+            target = getattr(buf, name)
+            source = torch.from_numpy(array)
+            if self.device.type != "cpu":
+                source = source.pin_memory()
+            target.copy_(source, non_blocking=True)
+        buf.finalize_next_values(last_values.to(self.device))

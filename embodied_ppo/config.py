@@ -127,6 +127,7 @@ class TrainerConfig:
     log_interval: int = 1
     checkpoint_interval: int = 10
     torch_threads: int | None = None
+    inference: Literal["auto", "host", "device"] = "auto"
     # Evaluation during training: deterministic episodes every eval_interval iterations (and
     # after the last); null turns it off. A video of the first episode every video_interval
     # evaluations (null: no videos).
@@ -403,6 +404,10 @@ def validate(cfg: Config) -> Config:
     _check(
         bool(_DEVICE_RE.match(t.device)),
         f"trainer.device: got {t.device!r}, allowed: auto | cpu | cuda | cuda:N",
+    )
+    _check(
+        t.inference != "host" or m.activation != "gelu",
+        "trainer.inference: got 'host', which does not support model.activation 'gelu'; use auto or device",
     )
     _check(
         t.log_interval >= 1, f"trainer.log_interval: got {t.log_interval}, expected an integer >= 1"

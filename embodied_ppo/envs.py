@@ -7,15 +7,23 @@ observation of every episode that ended this step, and finished-episode statisti
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
+import os
+import signal
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode
 
 from embodied_ppo.config import EnvConfig
+from embodied_ppo.env_state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
 from embodied_ppo.errors import ConfigError, TrainingError
 
 
@@ -45,6 +53,44 @@ def env_seeds(seed: int, num_envs: int, offset: int = 0, generation: int = 0) ->
     ]
 
 
+def group_seeds(seed: int, num_envs: int, group_size: int, rollout: int) -> list[int]:
+    """Reset seeds for episodic collection: the `group_size` envs of a group share one seed.
+
+    Every rollout gets fresh seeds, so groups start from new (but within a group, identical) states.
+    """
+    return [
+        int(np.random.SeedSequence(seed, spawn_key=(k // group_size, rollout, 1)).generate_state(1, np.uint32)[0])
+        for k in range(num_envs)
+    ]
+
+
+def episode_limit(cfg: EnvConfig) -> int | None:
+    """The time limit episodes of this env config run under (None: no limit)."""
+    if cfg.max_episode_steps is not None:
+        return cfg.max_episode_steps
+    return gym.spec(cfg.id).max_episode_steps
+
+
+def check_episodic(cfg: Any) -> None:
+    """Critic-free estimators collect whole episodes: the time limit must fit in a rollout."""
+    from embodied_ppo.config import CRITIC_FREE
+
+    a = cfg.algorithm
+    if a.adv_type not in CRITIC_FREE:
+        return
+    limit = episode_limit(cfg.env)
+    if limit is None:
+        raise ConfigError(
+            f"env.max_episode_steps: {cfg.env.id} has no time limit; adv_type {a.adv_type!r} "
+            "collects whole episodes, set env.max_episode_steps"
+        )
+    if a.rollout_steps < limit:
+        raise ConfigError(
+            f"algorithm.rollout_steps: got {a.rollout_steps}; adv_type {a.adv_type!r} collects one "
+            f"whole episode per env, so it must be >= the episode limit {limit} (env.max_episode_steps)"
+        )
+
+
 def check_env_id(env_id: str) -> None:
     """Raise ConfigError for an id Gymnasium does not know, suggesting close matches."""
     if env_id in gym.registry:
@@ -61,6 +107,47 @@ def _make_one(cfg: EnvConfig, render_mode: str | None = None) -> gym.Env:
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     return gym.make(cfg.id, **kwargs)
+
+
+class _Where:
+    """Where a step happened, formatted only when an error message needs it."""
+
+    __slots__ = ("step", "num_envs")
+
+    def __init__(self, step: int, num_envs: int) -> None:
+        self.step, self.num_envs = step, num_envs
+
+    def __str__(self) -> str:
+        return f"at step {self.step} (global step {self.step * self.num_envs:,})"
+
+    def __format__(self, spec: str) -> str:
+        return str(self)
+
+
+@contextlib.contextmanager
+def _quiet_worker_errors() -> Iterator[None]:
+    """Hide the async backend's warnings that repeat a failed worker's traceback.
+
+    The error itself is raised again here, and TrackedEnv's message already names the env, the
+    exception and the line that raised it.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=r".*ERROR: (Received the following error from Worker|Traceback|Raising the last)",
+        )
+        yield
+
+
+def _make_member(cfg: EnvConfig, index: int, main_pid: int) -> gym.Env:
+    """Vector-env member `index`: the env inside a TrackedEnv (failures name the index)."""
+    if os.getpid() != main_pid:
+        # An async worker. Ctrl-C and SIGTERM reach the whole process group, but stopping is the
+        # main process's decision: it finishes the iteration (stepping these workers), saves,
+        # and closes them. A worker whose parent dies ends when its pipe closes.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return TrackedEnv(_make_one(cfg), index)
 
 
 def space_info(cfg: EnvConfig) -> SpaceInfo:
@@ -110,6 +197,7 @@ class StepResult:
     final_obs: np.ndarray  # (N, obs_dim) float32; rows valid where terminated | truncated
     episode_returns: list[float]  # raw returns of episodes that ended this step
     episode_lengths: list[int]
+    episode_envs: list[int]  # the env index of each of those episodes
 
 
 class VecEnv:
@@ -119,7 +207,9 @@ class VecEnv:
         self.cfg = cfg
         self.num_envs = cfg.num_envs
         self.seeds = env_seeds(seed, cfg.num_envs, env_offset)
-        fns = [lambda: _make_one(cfg) for _ in range(cfg.num_envs)]
+        fns = [
+            functools.partial(_make_member, cfg, k, os.getpid()) for k in range(cfg.num_envs)
+        ]
         mode = {"autoreset_mode": AutoresetMode.SAME_STEP}
         if cfg.backend == "async":
             self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(fns, **mode)
@@ -133,57 +223,137 @@ class VecEnv:
             self._high = np.asarray(self.info.action_high, dtype=np.float32)
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.steps = 0  # vector steps taken in this run (restored on resume); for error messages
         self.env.action_space.seed(self.seeds[0])
 
     def reset(self, seeds: list[int] | None = None) -> np.ndarray:
         """Reset every env (with `seeds`, default: the per-env seeds of the run); returns obs (N, D)."""
-        obs, _ = self.env.reset(seed=seeds if seeds is not None else self.seeds)
+        try:
+            with _quiet_worker_errors():
+                obs, _ = self.env.reset(seed=seeds if seeds is not None else self.seeds)
+        except Exception as exc:
+            raise self._failure(exc, "on reset") from exc
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
-        return self._check_obs(np.asarray(obs, dtype=np.float32))
+        return self._check_obs(np.asarray(obs, dtype=np.float32), "on reset")
 
     def step(self, action: np.ndarray) -> StepResult:
         """Step with `action` (N, A) float or (N,) int; Box actions are clipped to the bounds here."""
         if self.info.action_kind == "gaussian":
             action = np.clip(action, self._low, self._high)
+        where = _Where(self.steps + 1, self.num_envs)
         try:
-            obs, reward, term, trunc, info = self.env.step(action)
+            # The warning filter is only needed (and only paid for) with worker processes.
+            with _quiet_worker_errors() if self.cfg.backend == "async" else contextlib.nullcontext():
+                obs, reward, term, trunc, info = self.env.step(action)
         except Exception as exc:  # an env or a worker process failed
-            raise TrainingError(f"environment step failed ({type(exc).__name__}: {exc})") from exc
-        obs = self._check_obs(np.asarray(obs, dtype=np.float32))
+            raise self._failure(exc, where) from exc
+        obs = self._check_obs(np.asarray(obs, dtype=np.float32), where)
         reward = np.asarray(reward, dtype=np.float32)
         term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
         ended = term | trunc
-        final_obs = obs.copy()
+        final_obs = obs  # rows are only meaningful where an episode ended
         if ended.any():
+            final_obs = obs.copy()
             mask = info.get("_final_obs", ended)
             for i in np.flatnonzero(mask):
                 final_obs[i] = info["final_obs"][i]
-            self._check_obs(final_obs)
+            self._check_obs(final_obs, where)
         if not np.isfinite(reward).all():
             bad = int(np.flatnonzero(~np.isfinite(reward))[0])
-            raise TrainingError(f"environment {bad} returned a non-finite reward {reward[bad]}")
+            raise TrainingError(
+                f"environment {bad} returned a non-finite reward {reward[bad]} {where}"
+            )
+        self.steps += 1
         self._ep_return += reward
         self._ep_length += 1
         rets = self._ep_return[ended].tolist()
         lens = self._ep_length[ended].tolist()
         self._ep_return[ended] = 0.0
         self._ep_length[ended] = 0
-        return StepResult(obs, reward, term, trunc, final_obs, rets, lens)
+        return StepResult(obs, reward, term, trunc, final_obs, rets, lens, np.flatnonzero(ended).tolist())
 
     def sample_actions(self) -> np.ndarray:
         """Uniform random actions for every env (for benchmarks and smoke tests)."""
         return self.env.action_space.sample()
 
     @staticmethod
-    def _check_obs(obs: np.ndarray) -> np.ndarray:
+    def _check_obs(obs: np.ndarray, where: str) -> np.ndarray:
         if not np.isfinite(obs).all():
             bad = int(np.flatnonzero(~np.isfinite(obs).all(axis=-1))[0])
-            raise TrainingError(f"environment {bad} returned a non-finite observation")
+            raise TrainingError(f"environment {bad} returned a non-finite observation {where}")
         return obs
 
+    def _failure(self, exc: Exception, where: str) -> TrainingError:
+        """A TrainingError naming the env that failed (or the async worker that died)."""
+        if isinstance(exc, EnvFailure):
+            return TrainingError(f"{exc} {where}")
+        for i, process in enumerate(getattr(self.env, "processes", [])):
+            if not process.is_alive():
+                code = process.exitcode
+                how = (
+                    f"killed by {signal.Signals(-code).name}"
+                    if code is not None and code < 0 and -code in signal.valid_signals()
+                    else f"exit code {code}"
+                )
+                return TrainingError(
+                    f"environment {i}: its worker process {process.pid} died ({how}) {where}"
+                )
+        return TrainingError(f"environment step failed ({type(exc).__name__}: {exc}) {where}")
+
+    # ------------------------------------------------------------------ exact resume
+    def get_state(self) -> dict[str, Any]:
+        """Checkpoint-safe state: every member's mid-episode state, episode statistics, steps.
+
+        `members` is None when some env keeps state that cannot be captured (`not_captured`
+        says which and why); resume then starts fresh episodes.
+        """
+        if self.env.closed:  # e.g. a checkpoint written after training ended
+            replies = [{"reason": "closed"}] * self.num_envs
+        else:
+            try:
+                replies = self.env.call("embodied_ppo_get_state")
+            except Exception as exc:
+                raise self._failure(exc, "while saving its state") from exc
+        reasons = [f"environment {i}: {r['reason']}" for i, r in enumerate(replies) if "reason" in r]
+        return {
+            "members": None if reasons else to_checkpoint([r["state"] for r in replies]),
+            "not_captured": reasons[0] if reasons else None,
+            "ep_return": torch.from_numpy(self._ep_return.copy()),
+            "ep_length": torch.from_numpy(self._ep_length.copy()),
+            "steps": self.steps,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> str | None:
+        """Restore `get_state()`; returns why the members could not be restored, or None.
+
+        On a non-None return the members may be partly restored: reset them before use.
+        """
+        self.steps = int(state["steps"])
+        if state["members"] is None:
+            return state["not_captured"]
+        members = from_checkpoint(state["members"])
+        if len(members) != self.num_envs:
+            return f"saved {len(members)} environments, this run has {self.num_envs}"
+        try:
+            # set_attr hands each member its own state (call would send all of them to every worker).
+            self.env.set_attr("embodied_ppo_pending_state", members)
+            errors = self.env.call("embodied_ppo_apply_state")
+        except Exception as exc:
+            raise self._failure(exc, "while restoring its state") from exc
+        for i, error in enumerate(errors):
+            if error is not None:
+                return f"environment {i}: {error}"
+        self._ep_return[:] = state["ep_return"].numpy()
+        self._ep_length[:] = state["ep_length"].numpy()
+        return None
+
     def close(self) -> None:
-        self.env.close()
+        try:
+            self.env.close()
+        except Exception:
+            # A dead async worker breaks the polite shutdown; terminate the others instead.
+            self.env.close(terminate=True)
 
     def __enter__(self) -> VecEnv:
         return self

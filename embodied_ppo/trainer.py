@@ -5,12 +5,14 @@ This is the only place that knows the order of the steps.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +20,22 @@ import numpy as np
 import torch
 
 from embodied_ppo import __version__
-from embodied_ppo.advantages import gae, normalize
+from embodied_ppo.advantages import (
+    discounted_returns,
+    episode_returns,
+    gae,
+    grpo,
+    masked_normalize,
+    reinforce_plus_plus,
+    rloo,
+)
 from embodied_ppo.buffer import RolloutBuffer
-from embodied_ppo.checkpoint import save_checkpoint
+from embodied_ppo.checkpoint import checkpoints_dir, load_checkpoint, save_checkpoint, trim_metrics
 from embodied_ppo.collector import Collector
-from embodied_ppo.config import Config
-from embodied_ppo.envs import SpaceInfo, VecEnv, env_seeds
+from embodied_ppo.config import CRITIC_FREE, Config
+from embodied_ppo.envs import SpaceInfo, VecEnv, check_episodic, env_seeds, group_seeds
 from embodied_ppo.errors import CheckpointError, ConfigError, TrainingError
-from embodied_ppo.losses import explained_variance
+from embodied_ppo.losses import adaptive_kl_coef, explained_variance, kl_estimate
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.normalizer import RewardScaler
 from embodied_ppo.ppo import BATCH_FIELDS, NonFiniteError, PPOUpdate, learning_rate, make_optimizer
@@ -124,12 +134,15 @@ def set_rng_state(state: dict[str, Any], shuffle: torch.Generator) -> None:
 class MetricsLogger:
     """metrics.jsonl (one object per logged iteration) plus TensorBoard event files."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, start_step: int = 0) -> None:
         from torch.utils.tensorboard import (
             SummaryWriter,  # imported here: deployments never need it
         )
 
-        self.writer = SummaryWriter(log_dir=str(run_dir))
+        # A resumed run repeats the iterations after its checkpoint (at `start_step`): drop
+        # what they logged before the interruption, in metrics.jsonl and in TensorBoard.
+        trim_metrics(run_dir / "metrics.jsonl", start_step)
+        self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=start_step + 1)
         self.file = open(run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (lives with the logger)
 
     def log(
@@ -199,9 +212,16 @@ class Trainer:
         progress_stream: Any = None,
     ) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
+        # name -> object with state_dict() / load_state_dict(): saved with every checkpoint and
+        # restored on resume. Register in __init__ before the resume block (register_state).
+        self.stateful: dict[str, Any] = {}
         self.device = resolve_device(cfg.trainer.device)
         if cfg.trainer.torch_threads is not None:
             torch.set_num_threads(cfg.trainer.torch_threads)
+        elif self.device.type == "cpu":
+            # The learner's small matrices gain nothing from intra-op threads, and threads that
+            # spin while env stepping (or other processes) hold the cores cost many times that.
+            torch.set_num_threads(1)
         seed_everything(cfg.trainer.seed)
         a, e = cfg.algorithm, cfg.env
 
@@ -233,97 +253,202 @@ class Trainer:
             self.reward_scaler,
             self.device,
             a.rollout_micro_batch_size,
+            cfg.trainer.inference,
         )
+        check_episodic(cfg)
+        if cfg.model.init_from is not None:
+            self._init_from(cfg.model.init_from)
+        self.reference = self._make_reference() if (a.use_kl_loss or a.use_kl_in_reward) else None
+        self.kl_coef = a.kl_ctrl.kl_coef  # in-reward KL coefficient (adapted when kl_ctrl.type is adaptive)
         self.optimizer = make_optimizer(self.policy, cfg.optim)
         self.shuffle = torch.Generator().manual_seed(cfg.trainer.seed)
-        self.updater = PPOUpdate(self.policy, a, cfg.optim, self.optimizer, self.shuffle)
+        self.updater = PPOUpdate(
+            self.policy, a, cfg.optim, self.optimizer, self.shuffle, self.reference
+        )
         self.global_step, self.iteration = 0, 0
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.last_checkpoint: Path | None = None
+        self.saved_iteration = -1  # the iteration the last checkpoint holds
+        self.resume_note: str | None = None  # why a resume could not be exact, if it was not
         if resume is not None:
             self._restore(resume)
-        # A fresh run resets with the run's seeds; a resumed one with seeds of its iteration.
-        self.collector.reset(
-            None
-            if self.iteration == 0
-            else env_seeds(cfg.trainer.seed, e.num_envs, generation=self.iteration)
-        )
+        self._start_envs(resume)
         self.progress = Progress(cfg.trainer.total_steps, progress_stream)
 
     # ----------------------------------------------------------------------------------- loop
-    def train(self) -> dict[str, Any]:
-        """Train to trainer.total_steps; returns a summary of the last iteration."""
+    def train(self, should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """Train to trainer.total_steps; returns a summary of the last iteration.
+
+        `should_stop` (e.g. a signals.GracefulStop) is polled between iterations, the points
+        where the whole run state can be saved: once it returns True the run writes a checkpoint
+        (unless it just did) and returns early with "stopped": True in the summary.
+        """
         cfg, a = self.cfg, self.cfg.algorithm
-        num_iterations = cfg.num_iterations
-        logger = MetricsLogger(self.run_dir)
+        total = cfg.trainer.total_steps
+        episodic = a.adv_type in CRITIC_FREE
+        logger = MetricsLogger(self.run_dir, self.global_step)
         start, start_step = time.perf_counter(), self.global_step
         scalars: dict[str, float] = {}
+        stopped = False
         try:
-            while self.iteration < num_iterations:
-                lr = learning_rate(cfg.optim, self.iteration, num_iterations)
+            while self.global_step < total:
+                if should_stop is not None and should_stop():
+                    if self.saved_iteration != self.iteration:
+                        self.save()
+                    stopped = True
+                    break
+                lr = learning_rate(cfg.optim, self.global_step / total, self.updater.lr)
                 self.updater.set_lr(lr)
 
                 t0 = time.perf_counter()
-                stats = self.collector.collect()
+                seeds = (
+                    group_seeds(cfg.trainer.seed, cfg.env.num_envs, a.group_size, self.iteration)
+                    if episodic
+                    else None
+                )
+                try:
+                    stats = self.collector.collect(seeds)
+                except TrainingError as exc:  # an env failed or returned NaN/Inf
+                    raise TrainingError(
+                        f"iteration {self.iteration}: {exc}; last good checkpoint: {self._last_good()}"
+                    ) from None
                 t1 = time.perf_counter()
 
                 buf = self.buffer
-                adv, ret = gae(
-                    buf.rewards,
-                    buf.values,
-                    buf.next_values,
-                    buf.terminated,
-                    buf.ends,
-                    a.gamma,
-                    a.gae_lambda,
-                )
-                buf.returns.copy_(ret)
-                buf.advantages.copy_(normalize(adv) if a.normalize_advantages else adv)
                 batch = buf.flat(*BATCH_FIELDS)
+                kl_scalars = self._kl_in_reward(batch) if a.use_kl_in_reward else {}
+                self._advantages()
                 if a.recompute_old_logprobs:
                     batch["logprobs"] = self._recompute_logprobs(batch["obs"], batch["actions"])
                 try:
-                    metrics = self.updater.update(batch)
+                    metrics = self.updater.update(batch, buf.num_steps)
                 except NonFiniteError as exc:
                     last = str(self.last_checkpoint) if self.last_checkpoint else "none written yet"
                     raise TrainingError(
                         f"iteration {self.iteration}: {exc}; the weights were not updated; last good checkpoint: {last}"
                     ) from None
+                self._merge_obs_statistics()
                 t2 = time.perf_counter()
 
-                self.global_step += cfg.batch_size
+                self.global_step += stats.steps
                 self.iteration += 1
                 self.recent_returns.extend(stats.episode_returns)
                 sps = (self.global_step - start_step) / max(time.perf_counter() - start, 1e-9)
                 scalars = self._scalars(stats, metrics, lr, sps, t1 - t0, t2 - t1)
-                evaluated = self.evaluator is not None and self.evaluator.due(self.iteration, num_iterations)
+                scalars.update(kl_scalars)
+                final = self.global_step >= total
+                # Periodic work also runs after the final iteration ("iteration == last").
+                num_iterations = self.iteration if final else -1
+                evaluated = self.evaluator is not None and self.evaluator.due(
+                    self.iteration, num_iterations
+                )
                 if evaluated:
                     scalars.update(self.evaluator.evaluate(self, num_iterations, logger.writer))
-                if (
-                    self.iteration % cfg.trainer.log_interval == 0
-                    or self.iteration == num_iterations
-                    or evaluated
-                ):
+                if self.iteration % cfg.trainer.log_interval == 0 or final or evaluated:
                     logger.log(
                         self.global_step, self.iteration, time.perf_counter() - start, scalars
                     )
-                if (
-                    self.iteration % cfg.trainer.checkpoint_interval == 0
-                    or self.iteration == num_iterations
-                ):
+                if self.iteration % cfg.trainer.checkpoint_interval == 0 or final:
                     self.save()
-                self.progress.update(
-                    self.global_step,
-                    sps,
-                    self.mean_recent_return(),
-                    final=self.iteration == num_iterations,
-                )
+                self.progress.update(self.global_step, sps, self.mean_recent_return(), final=final)
         finally:
             logger.close()
             self.envs.close()
             if self.evaluator is not None:
                 self.evaluator.close()
-        return {"global_step": self.global_step, "iteration": self.iteration, **scalars}
+        return {
+            "global_step": self.global_step,
+            "iteration": self.iteration,
+            "stopped": stopped,
+            **scalars,
+        }
+
+    def _merge_obs_statistics(self) -> None:
+        """Merge this rollout's observations into the policy's normalizer (Rule 2).
+
+        Done after the update, so collection, the stored log-probs and values, and the update of
+        one iteration all see the same normalization (the first ratio of an update is exactly 1).
+        """
+        norm = self.policy.obs_normalizer
+        if norm.enabled:
+            buf = self.buffer
+            obs = buf.obs.reshape(buf.size, -1)
+            norm.update(obs if bool(buf.mask.all()) else obs[buf.mask.reshape(-1).bool()])
+
+    def _advantages(self) -> None:
+        """Fill buffer.advantages and buffer.returns with the configured estimator."""
+        a, buf = self.cfg.algorithm, self.buffer
+        if a.adv_type == "gae":
+            adv, ret = gae(
+                buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends, a.gamma, a.gae_lambda
+            )
+        else:
+            # Critic-free estimators on episodic rollouts; returns-to-go are the value targets
+            # when loss_type is actor_critic.
+            ret = discounted_returns(buf.rewards, buf.mask, a.gamma)
+            if a.adv_type == "reinforce_plus_plus":
+                adv = reinforce_plus_plus(buf.rewards, buf.mask, a.gamma)
+            else:
+                scores = episode_returns(buf.rewards, buf.mask)  # (N,)
+                per_env = grpo(scores, a.group_size) if a.adv_type == "grpo" else rloo(scores, a.group_size)
+                adv = per_env.unsqueeze(0) * buf.mask  # broadcast over each episode's steps
+        buf.returns.copy_(ret)
+        buf.advantages.copy_(masked_normalize(adv, buf.mask) if a.normalize_advantages else adv)
+
+    def _chunks(self, size: int) -> list[slice]:
+        chunk = self.cfg.algorithm.logprob_forward_micro_batch_size or size
+        return [slice(i, i + chunk) for i in range(0, size, chunk)]
+
+    @torch.no_grad()
+    def _kl_in_reward(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Subtract kl_coef * KL(behaviour || reference) from each step's reward; adapt the coefficient."""
+        a, buf = self.cfg.algorithm, self.buffer
+        assert self.reference is not None
+        obs, actions = batch["obs"], batch["actions"]
+        parts = []
+        for sl in self._chunks(obs.shape[0]):
+            ref_dist, _ = self.reference(obs[sl])
+            dist = self.policy(obs[sl])[0] if a.kl_penalty == "full" else None
+            parts.append(
+                kl_estimate(a.kl_penalty, batch["logprobs"][sl], ref_dist.log_prob(actions[sl]), dist, ref_dist)
+            )
+        kl = torch.cat(parts).reshape(buf.rewards.shape)  # (T, N)
+        coef = self.kl_coef
+        buf.rewards.sub_(coef * kl)
+        n = buf.mask.sum()
+        mean_kl = float((kl * buf.mask).sum() / n)
+        if a.kl_ctrl.type == "adaptive":
+            self.kl_coef = adaptive_kl_coef(coef, mean_kl, a.kl_ctrl.target_kl, int(n), a.kl_ctrl.horizon)
+        return {"charts/kl_in_reward": mean_kl, "charts/kl_coef": coef}
+
+    def _init_from(self, path: str) -> None:
+        """Start from a saved policy's weights and normalizer (fine-tuning)."""
+        state = load_checkpoint(path, map_location=self.device)
+        spec = state.get("model_spec", {})
+        diff = sorted(k for k in set(spec) | set(self.policy.spec) if k != "env_id" and spec.get(k) != self.policy.spec.get(k))
+        if diff:
+            raise CheckpointError(
+                f"model.init_from: {path} has a different {', '.join(diff)} than this config's policy"
+            )
+        self.policy.load_state_dict(state["model"])
+
+    def _make_reference(self) -> ActorCritic:
+        """The frozen reference: algorithm.reference_checkpoint, or a snapshot of the policy now."""
+        path = self.cfg.algorithm.reference_checkpoint
+        if path is None:
+            ref = copy.deepcopy(self.policy)
+        else:
+            state = load_checkpoint(path, map_location=self.device)
+            spec = state.get("model_spec", {})
+            for key in ("obs_dim", "action_kind", "action_dim"):
+                if spec.get(key) != self.policy.spec[key]:
+                    raise CheckpointError(
+                        f"algorithm.reference_checkpoint: {path} has {key} {spec.get(key)!r}, this task needs {self.policy.spec[key]!r}"
+                    )
+            ref = ActorCritic(spec).to(self.device)
+            ref.load_state_dict(state["model"])
+        ref.requires_grad_(False)
+        return ref.eval()
 
     def _recompute_logprobs(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Old log-probs under the current (pre-update) policy, in chunks of logprob_forward_micro_batch_size."""
@@ -360,7 +485,7 @@ class Trainer:
         for name, value in metrics.items():
             out[f"losses/{name}"] = value
         out["losses/explained_variance"] = float(
-            explained_variance(buf.values.flatten(), buf.returns.flatten())
+            explained_variance(buf.values.flatten(), buf.returns.flatten(), buf.mask.flatten())
         )
         return out
 
@@ -381,11 +506,61 @@ class Trainer:
             "iteration": self.iteration,
             "recent_returns": list(self.recent_returns),
             "rng": rng_state(self.shuffle),
+            "kl_coef": self.kl_coef,
+            "reference": None
+            if self.reference is None
+            else {"spec": self.reference.spec, "model": self.reference.state_dict()},
+            "stateful": {name: obj.state_dict() for name, obj in self.stateful.items()},
+            # Where the envs stand mid-episode and what the policy acts on next (exact resume).
+            "envs": self.envs.get_state(),
+            "collector_obs": None if self.collector.obs is None else self.collector.obs.cpu(),
         }
 
+    def register_state(self, name: str, obj: Any) -> None:
+        """Save `obj.state_dict()` with every checkpoint and load it back on resume."""
+        self.stateful[name] = obj
+
     def save(self) -> Path:
-        self.last_checkpoint = save_checkpoint(self.run_dir, self.state(), self.global_step)
-        return self.last_checkpoint
+        try:
+            path = save_checkpoint(self.run_dir, self.state(), self.global_step)
+        except OSError as exc:  # disk full, permissions: stop rather than train unprotected
+            raise TrainingError(
+                f"iteration {self.iteration}: cannot write a checkpoint to "
+                f"{checkpoints_dir(self.run_dir)} ({exc.strerror or exc}); "
+                f"last good checkpoint: {self._last_good()}"
+            ) from None
+        self.last_checkpoint, self.saved_iteration = path, self.iteration
+        return path
+
+    def _last_good(self) -> str:
+        return str(self.last_checkpoint) if self.last_checkpoint else "none written yet"
+
+    def _start_envs(self, resume: dict[str, Any] | None) -> None:
+        """Reset the envs; on resume, put them back mid-episode where the checkpoint left them.
+
+        Envs whose state cannot be captured (see env_state) start fresh episodes instead, seeded
+        from the run seed and the iteration: deterministic, but not the uninterrupted run.
+        """
+        if resume is None:
+            self.collector.reset()
+            return
+        e = self.cfg.env
+        fresh_seeds = env_seeds(self.cfg.trainer.seed, e.num_envs, generation=self.iteration)
+        self.collector.reset(fresh_seeds)
+        saved = resume.get("envs")
+        obs = resume.get("collector_obs")
+        if saved is None or obs is None:
+            reason = "the checkpoint holds no environment state"
+        else:
+            reason = self.envs.set_state(saved)
+            if reason is None:
+                self.collector.obs = obs.to(self.device)
+                return
+            if saved["members"] is not None:
+                self.collector.reset(fresh_seeds)  # undo a partial restore
+        self.envs.steps = self.global_step // e.num_envs
+        self.reward_scaler.returns.zero_()  # the episodes it was discounting are gone
+        self.resume_note = f"environments start fresh episodes ({reason})"
 
     def _restore(self, state: dict[str, Any]) -> None:
         if state.get("model_spec") != self.policy.spec:
@@ -394,13 +569,29 @@ class Trainer:
             )
         try:
             self.policy.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            # A copy: Optimizer.load_state_dict keeps the given tensors, and training would
+            # then change the caller's checkpoint dict in place.
+            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
             self.reward_scaler.load_state_dict(state["reward_scaler"])
             set_rng_state(state["rng"], self.shuffle)
+            for name, obj in self.stateful.items():
+                if name in state.get("stateful", {}):
+                    obj.load_state_dict(state["stateful"][name])
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
             raise CheckpointError(
                 f"checkpoint does not match this run: {str(exc).splitlines()[0]}"
             ) from None
         self.global_step = int(state["global_step"])
         self.iteration = int(state["iteration"])
+        self.saved_iteration = self.iteration
+        latest = checkpoints_dir(self.run_dir) / f"ckpt_{self.global_step}.pt"
+        self.last_checkpoint = latest if latest.is_file() else None
         self.recent_returns.extend(state.get("recent_returns", []))
+        self.kl_coef = float(state.get("kl_coef", self.kl_coef))
+        ref = state.get("reference")
+        if self.reference is not None and ref is not None:
+            # The reference snapshot of the original start, not of the resumed weights.
+            self.reference = ActorCritic(ref["spec"]).to(self.device)
+            self.reference.load_state_dict(ref["model"])
+            self.reference.requires_grad_(False).eval()
+            self.updater.reference = self.reference

@@ -16,7 +16,7 @@ from embodied_ppo.trainer import model_spec
 CPU = torch.device("cpu")
 
 
-def build(cfg, micro=None):
+def build(cfg, micro=None, inference="auto"):
     torch.manual_seed(cfg.trainer.seed)
     envs = VecEnv(cfg.env, cfg.trainer.seed)
     policy = ActorCritic(model_spec(cfg, envs.info))
@@ -32,7 +32,7 @@ def build(cfg, micro=None):
     scaler = RewardScaler(
         cfg.env.num_envs, cfg.algorithm.gamma, cfg.env.normalize_reward, cfg.env.clip_reward
     )
-    col = Collector(envs, policy, buf, scaler, CPU, micro)
+    col = Collector(envs, policy, buf, scaler, CPU, micro, inference)
     col.reset()
     return envs, policy, buf, col
 
@@ -96,7 +96,8 @@ def test_actions_clipped_at_env_boundary_buffer_keeps_sample():
     assert torch.allclose(buf.rewards, actions.clamp(-1.0, 1.0))
 
 
-def test_rollout_micro_batch_size_does_not_change_collection():
+@pytest.mark.parametrize("inference", ["host", "device"])
+def test_rollout_micro_batch_size_does_not_change_collection(inference):
     results = []
     for micro in (None, 1, 3):
         cfg = tiny_config(
@@ -104,7 +105,7 @@ def test_rollout_micro_batch_size_does_not_change_collection():
             env={"num_envs": 5},
             algorithm={"rollout_steps": 12, "minibatch_size": 12},
         )
-        envs, _, buf, col = build(cfg, micro)
+        envs, _, buf, col = build(cfg, micro, inference)
         col.collect()
         envs.close()
         results.append(buf)
@@ -113,17 +114,17 @@ def test_rollout_micro_batch_size_does_not_change_collection():
             assert torch.allclose(getattr(results[0], name), getattr(other, name), atol=1e-6), name
 
 
-def test_normalizer_updates_during_collection_only():
+def test_collection_keeps_the_policy_fixed():
     cfg = tiny_config("Pendulum-v1")
     envs, policy, buf, col = build(cfg)
-    assert policy.obs_normalizer.count.item() == 0
+    policy.obs_normalizer.update(torch.randn(50, 3))
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
     col.collect()
     envs.close()
-    # One update per step with the N observations the policy acted on.
-    assert policy.obs_normalizer.count.item() == cfg.algorithm.rollout_steps * cfg.env.num_envs
-    obs = buf.obs.reshape(-1, 3).double()
-    assert torch.allclose(policy.obs_normalizer.mean, obs.mean(0))
-    count = policy.obs_normalizer.count.clone()
-    policy(torch.randn(4, 3))
-    policy.evaluate(torch.randn(4, 3), torch.randn(4, 1))
-    assert policy.obs_normalizer.count.item() == count.item()
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    # The stored log-probs and values are exactly those of the fixed policy.
+    with torch.no_grad():
+        lp, _, v, _ = policy.evaluate(buf.obs.reshape(-1, 3), buf.actions.reshape(-1, 1))
+    assert torch.allclose(lp, buf.logprobs.flatten(), atol=1e-5)
+    assert torch.allclose(v, buf.values.flatten(), atol=1e-5)

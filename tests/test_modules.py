@@ -120,26 +120,36 @@ def test_disabled_normalizer_is_identity_except_clip():
 
 
 def test_reward_scaler_divides_by_return_std_and_resets_on_episode_end():
-    scaler = RewardScaler(num_envs=1, gamma=0.5, clip=None)
-    r = torch.tensor([2.0])
-    not_end, end = torch.tensor([False]), torch.tensor([True])
-    returns = []
-    g = 0.0
-    for i in range(5):
-        done = i == 2
-        g = g * 0.5 + 2.0
-        returns.append(g)
-        out = scaler(r, end if done else not_end)
-        expected = 2.0 / math.sqrt(np.var(returns) + 1e-8)
-        assert out.item() == pytest.approx(expected, rel=1e-5)
-        if done:
-            g = 0.0
+    scaler = RewardScaler(num_envs=2, gamma=0.5, clip=None)
+    torch.manual_seed(0)
+    returns_seen = []
+    acc = np.zeros(2)
+    for _ in range(3):  # three rollouts of 4 steps; the discounted return carries across them
+        r = torch.randn(4, 2)
+        ends = torch.rand(4, 2) < 0.3
+        for t in range(4):
+            acc = acc * 0.5 + r[t].numpy()
+            returns_seen.append(acc.copy())
+            acc[ends[t].numpy()] = 0.0
+        out = scaler.scale_rollout(r, ends)
+        std = math.sqrt(np.var(np.array(returns_seen)) + 1e-8)
+        assert torch.allclose(out, r / std, atol=1e-5)
+    assert np.allclose(scaler.returns.numpy(), acc)
+
+
+def test_reward_scaler_masked_steps_stay_out_of_the_statistics():
+    a, b = RewardScaler(1, 0.9, clip=None), RewardScaler(1, 0.9, clip=None)
+    r = torch.tensor([[1.0], [2.0], [50.0]])
+    ends = torch.tensor([[False], [True], [True]])
+    a.scale_rollout(r, ends, mask=torch.tensor([[1.0], [1.0], [0.0]]))
+    b.scale_rollout(r[:2], ends[:2])
+    assert a.stats.var.item() == pytest.approx(b.stats.var.item())
 
 
 def test_reward_scaler_clips_and_can_be_disabled():
     scaler = RewardScaler(num_envs=2, gamma=0.99, enabled=False, clip=1.0)
-    out = scaler(torch.tensor([5.0, -0.5]), torch.tensor([False, False]))
-    assert out.tolist() == [1.0, -0.5]
+    out = scaler.scale_rollout(torch.tensor([[5.0, -0.5]]), torch.tensor([[False, False]]))
+    assert out.tolist() == [[1.0, -0.5]]
 
 
 @pytest.mark.parametrize("share", [True, False])

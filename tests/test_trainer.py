@@ -158,3 +158,34 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path, monkeypatch):
     ):
         trainer.train()
     assert load_checkpoint(tmp_path)["global_step"] == 32
+
+
+def test_normalizer_merges_each_rollout_after_its_update(tmp_path):
+    cfg = tiny_config("Pendulum-v1", trainer={"total_steps": 32})
+    trainer = Trainer(cfg, tmp_path)
+    seen = []
+    real = trainer.updater.update
+
+    def spy(batch, num_steps):
+        # During the update the statistics do not yet include this rollout.
+        seen.append(trainer.policy.obs_normalizer.count.item())
+        return real(batch, num_steps)
+
+    trainer.updater.update = spy
+    trainer.train()
+    norm = trainer.policy.obs_normalizer
+    assert seen == [0.0]
+    assert norm.count.item() == 32
+    obs = trainer.buffer.obs.reshape(-1, 3).double()
+    assert torch.allclose(norm.mean, obs.mean(0))
+    assert torch.allclose(norm.var, obs.var(0, unbiased=False))
+
+
+def test_first_ratio_of_an_update_is_one(tmp_path):
+    cfg = tiny_config("Pendulum-v1", algorithm={"update_epochs": 1, "minibatch_size": 32})
+    trainer = Trainer(cfg, tmp_path)
+    trainer.train()
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # One minibatch per epoch: approx_kl is measured before the step, at ratio 1.
+    assert all(r["losses/approx_kl"] < 1e-10 for r in records)
+    assert all(r["losses/clipfrac"] == 0.0 for r in records)

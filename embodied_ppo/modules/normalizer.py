@@ -52,9 +52,10 @@ class RunningMeanStd(nn.Module):
 class ObsNormalizer(RunningMeanStd):
     """Observation normalizer living inside the policy (DESIGN Rule 2).
 
-    `forward` never updates the statistics: the collector calls `update` explicitly during
-    collection, so evaluation and exported policies are frozen by construction. When disabled it
-    is the identity (still clipping when `clip` is set).
+    `forward` never updates the statistics: the trainer merges each rollout's observations with
+    `update`, so evaluation and exported policies are frozen by construction. When disabled it is
+    the identity (still clipping when `clip` is set). The float32 shift and scale that `forward`
+    uses are cached in non-persistent buffers and refreshed whenever the statistics change.
     """
 
     def __init__(
@@ -68,12 +69,25 @@ class ObsNormalizer(RunningMeanStd):
         self.enabled = enabled
         self.clip = clip
         self.eps = eps
+        self.register_buffer("shift", torch.zeros(shape), persistent=False)
+        self.register_buffer("scale", torch.ones(shape), persistent=False)
+        self.register_load_state_dict_post_hook(lambda module, _keys: module.refresh())
+        self.refresh()
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Recompute the cached shift (mean) and scale (1 / std) from the statistics."""
+        self.shift.copy_(self.mean.to(self.shift.dtype))
+        self.scale.copy_(torch.rsqrt(self.var + self.eps).to(self.scale.dtype))
+
+    @torch.no_grad()
+    def merge(self, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: torch.Tensor) -> None:
+        super().merge(batch_mean, batch_var, batch_count)
+        self.refresh()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.enabled:
-            mean = self.mean.to(obs.dtype)
-            std = torch.sqrt(self.var + self.eps).to(obs.dtype)
-            obs = (obs - mean) / std
+            obs = (obs - self.shift) * self.scale
         if self.clip is not None:
             obs = obs.clamp(-self.clip, self.clip)
         return obs
@@ -82,8 +96,9 @@ class ObsNormalizer(RunningMeanStd):
 class RewardScaler(nn.Module):
     """Divides rewards by the running std of the discounted return, then clips.
 
-    The per-env discounted return restarts at every episode end. The statistics are buffers so
-    they travel with the checkpoint.
+    The per-env discounted return restarts at every episode end; its statistics are buffers, so
+    they travel with the checkpoint. `scale_rollout` handles a whole (T, N) rollout: the returns
+    of its T steps are merged into the statistics, then all its rewards are scaled with them.
     """
 
     def __init__(
@@ -103,13 +118,25 @@ class RewardScaler(nn.Module):
         self.eps = eps
 
     @torch.no_grad()
-    def forward(self, reward: torch.Tensor, episode_end: torch.Tensor) -> torch.Tensor:
-        """Scale one step of rewards (N,); `episode_end` (N,) bool marks envs whose episode ended."""
+    def scale_rollout(
+        self, rewards: torch.Tensor, ends: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Scale raw rewards (T, N) of a rollout whose episodes end where `ends` (T, N) is set.
+
+        Steps where `mask` (T, N) is 0 (after an episodic rollout's episode) do not enter the
+        statistics.
+        """
         if self.enabled:
-            self.returns.mul_(self.gamma).add_(reward.to(torch.float64))
-            self.stats.update(self.returns)
-            self.returns.masked_fill_(episode_end, 0.0)
-            reward = reward / torch.sqrt(self.stats.var + self.eps).to(reward.dtype)
+            returns = torch.empty(rewards.shape, dtype=torch.float64, device=rewards.device)
+            keep = 1.0 - ends.to(torch.float64)  # (T, N): 0 where the episode ended
+            acc = self.returns
+            for t in range(rewards.shape[0]):
+                acc = acc * self.gamma + rewards[t]
+                returns[t] = acc
+                acc = acc * keep[t]
+            self.returns.copy_(acc)
+            self.stats.update(returns if mask is None else returns[mask.bool()])
+            rewards = rewards / torch.sqrt(self.stats.var + self.eps).to(rewards.dtype)
         if self.clip is not None:
-            reward = reward.clamp(-self.clip, self.clip)
-        return reward
+            rewards = rewards.clamp(-self.clip, self.clip)
+        return rewards

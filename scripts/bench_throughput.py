@@ -1,0 +1,287 @@
+"""Side-by-side throughput benchmark: raw env, our collection, our training, Stable-Baselines3 PPO.
+
+Every contender runs in its own fresh subprocess (so thread settings of one cannot leak into
+another) and the contenders alternate round by round, so drift of the machine hits all of them
+alike. The table reports the median steps/s over rounds and the ratios that matter:
+
+    ours_train / sb3_train      full training, identical hyperparameters
+    ours_collect / raw_env      how close collection gets to the simulator's own limit
+
+Examples:
+    python scripts/bench_throughput.py --env HalfCheetah-v5 --num-envs 1
+    python scripts/bench_throughput.py --env HalfCheetah-v5 --num-envs 8
+    python scripts/bench_throughput.py --config configs/humanoid.yaml --iterations 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTENDERS = ("raw_env", "ours_collect", "ours_train", "sb3_train")
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def settings_from_args(args: argparse.Namespace) -> dict:
+    """The shared hyperparameters every contender uses."""
+    if args.config:
+        sys.path.insert(0, str(ROOT))
+        from embodied_ppo.config import load_config
+
+        cfg = load_config(args.config)
+        return {
+            "env": cfg.env.id,
+            "num_envs": cfg.env.num_envs,
+            "rollout_steps": cfg.algorithm.rollout_steps,
+            "minibatch_size": cfg.algorithm.minibatch_size,
+            "epochs": cfg.algorithm.update_epochs,
+            "hidden": list(cfg.model.hidden_sizes),
+            "activation": cfg.model.activation,
+            "share_backbone": cfg.model.share_backbone,
+            "log_std_init": cfg.model.log_std_init,
+            "lr": cfg.optim.lr,
+            "gamma": cfg.algorithm.gamma,
+            "gae_lambda": cfg.algorithm.gae_lambda,
+            "value_clip": cfg.algorithm.value_clip,
+            "huber_delta": cfg.algorithm.huber_delta,
+            "max_grad_norm": cfg.optim.max_grad_norm,
+        }
+    return {
+        "env": args.env,
+        "num_envs": args.num_envs,
+        "rollout_steps": args.rollout_steps // args.num_envs,
+        "minibatch_size": args.minibatch_size,
+        "epochs": args.epochs,
+        "hidden": args.hidden,
+        "activation": "tanh",
+        "share_backbone": False,
+        "log_std_init": 0.0,
+        "lr": 3e-4,
+        "gamma": 0.99,
+        "gae_lambda": 0.95,
+        "value_clip": None,
+        "huber_delta": None,
+        "max_grad_norm": 0.5,
+    }
+
+
+def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
+    from embodied_ppo.config import from_dict
+
+    return from_dict(
+        {
+            "env": {"id": s["env"], "num_envs": s["num_envs"], "normalize_obs": True, "normalize_reward": True},
+            "model": {
+                "hidden_sizes": s["hidden"],
+                "activation": s["activation"],
+                "share_backbone": s["share_backbone"],
+                "log_std_init": s["log_std_init"],
+            },
+            "algorithm": {
+                "rollout_steps": s["rollout_steps"],
+                "minibatch_size": s["minibatch_size"],
+                "update_epochs": s["epochs"],
+                "gamma": s["gamma"],
+                "gae_lambda": s["gae_lambda"],
+                "value_clip": s["value_clip"],
+                "huber_delta": s["huber_delta"],
+                "entropy_bonus": 0.0,
+            },
+            "optim": {"lr": s["lr"], "max_grad_norm": s["max_grad_norm"]},
+            "trainer": {
+                "total_steps": iterations * s["rollout_steps"] * s["num_envs"],
+                "device": "cpu",
+                "run_dir": run_dir,
+                "checkpoint_interval": 10**9,
+                "torch_threads": threads,
+            },
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
+    """Measure one contender in this process; returns steps and seconds (after a warm-up)."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    batch = s["rollout_steps"] * s["num_envs"]
+    if name == "raw_env":
+        import numpy as np
+
+        from embodied_ppo.config import EnvConfig
+        from embodied_ppo.envs import VecEnv
+
+        envs = VecEnv(EnvConfig(id=s["env"], num_envs=s["num_envs"]), seed=0)
+        envs.reset()
+        rng = np.random.default_rng(0)
+        low, high = envs.env.single_action_space.low, envs.env.single_action_space.high
+        actions = rng.uniform(low, high, size=(iterations + 1, s["rollout_steps"], s["num_envs"], low.shape[0])).astype(np.float32)
+        for t in range(s["rollout_steps"]):  # warm-up
+            envs.step(actions[0, t])
+        start = time.perf_counter()
+        for i in range(1, iterations + 1):
+            for t in range(s["rollout_steps"]):
+                envs.step(actions[i, t])
+        elapsed = time.perf_counter() - start
+        envs.close()
+        return {"steps": iterations * batch, "seconds": elapsed}
+    if name in ("ours_collect", "ours_train"):
+        from embodied_ppo.trainer import Trainer
+
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = ours_config(s, iterations + 1, str(Path(tmp) / "run"), threads)
+            trainer = Trainer(cfg, Path(tmp) / "run", progress_stream=open(os.devnull, "w"))  # noqa: SIM115
+            if name == "ours_collect":
+                trainer.collector.collect()  # warm-up
+                start = time.perf_counter()
+                for _ in range(iterations):
+                    trainer.collector.collect()
+                elapsed = time.perf_counter() - start
+                trainer.envs.close()
+                return {"steps": iterations * batch, "seconds": elapsed}
+            # Full training: time iterations 2..N+1 from the per-iteration metrics.
+            trainer.train()
+            records = [json.loads(x) for x in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
+            elapsed = records[-1]["time"] - records[0]["time"]
+            return {"steps": iterations * batch, "seconds": elapsed}
+    if name == "sb3_train":
+        import torch
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        if threads is not None:
+            torch.set_num_threads(threads)
+
+        class Timer(BaseCallback):
+            def __init__(self) -> None:
+                super().__init__()
+                self.marks: list[float] = []
+
+            def _on_rollout_start(self) -> None:
+                self.marks.append(time.perf_counter())
+
+            def _on_step(self) -> bool:
+                return True
+
+        env = VecNormalize(make_vec_env(s["env"], n_envs=s["num_envs"], seed=0), gamma=s["gamma"], clip_obs=10.0, clip_reward=10.0)
+        act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[s["activation"]]
+        model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=s["rollout_steps"],
+            batch_size=s["minibatch_size"],
+            n_epochs=s["epochs"],
+            learning_rate=s["lr"],
+            gamma=s["gamma"],
+            gae_lambda=s["gae_lambda"],
+            clip_range=0.2,
+            clip_range_vf=s["value_clip"],
+            ent_coef=0.0,
+            vf_coef=0.5,
+            max_grad_norm=s["max_grad_norm"],
+            policy_kwargs={"net_arch": {"pi": s["hidden"], "vf": s["hidden"]}, "activation_fn": act, "log_std_init": s["log_std_init"]},
+            device="cpu",
+            seed=0,
+            verbose=0,
+        )
+        timer = Timer()
+        model.learn(total_timesteps=(iterations + 1) * batch, callback=timer)
+        end = time.perf_counter()
+        # marks[0] starts the warm-up iteration; marks[1] the first measured one.
+        return {"steps": iterations * batch, "seconds": end - timer.marks[1]}
+    raise ValueError(name)
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def machine() -> dict:
+    import torch
+
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads_default": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+        "python": platform.python_version(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="HalfCheetah-v5")
+    p.add_argument("--num-envs", type=int, default=1)
+    p.add_argument("--rollout-steps", type=int, default=2048, help="transitions per iteration (all envs)")
+    p.add_argument("--minibatch-size", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
+    p.add_argument("--config", help="take every setting from this embodied-ppo config instead")
+    p.add_argument("--iterations", type=int, default=3, help="measured iterations per contender and round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None, help="torch threads for ours (default: the config's / torch's)")
+    p.add_argument("--sb3-threads", type=int, default=None, help="torch threads for SB3 (default: torch's)")
+    p.add_argument("--only", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
+    p.add_argument("--settings", help=argparse.SUPPRESS)
+    args = p.parse_args()
+
+    if args.worker:
+        threads = args.sb3_threads if args.worker == "sb3_train" else args.threads
+        print(json.dumps(worker(args.worker, json.loads(args.settings), args.iterations, threads)))
+        return
+
+    s = settings_from_args(args)
+    results: dict[str, list[float]] = {c: [] for c in args.only}
+    for r in range(args.rounds):
+        for c in args.only:
+            cmd = [sys.executable, __file__, "--worker", c, "--settings", json.dumps(s), "--iterations", str(args.iterations)]
+            if args.threads is not None:
+                cmd += ["--threads", str(args.threads)]
+            if args.sb3_threads is not None:
+                cmd += ["--sb3-threads", str(args.sb3_threads)]
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            if out.returncode != 0:
+                sys.exit(f"{c} failed:\n{out.stderr}")
+            m = json.loads(out.stdout.strip().splitlines()[-1])
+            results[c].append(m["steps"] / m["seconds"])
+            print(f"round {r + 1}/{args.rounds} {c:13s} {results[c][-1]:10,.0f} steps/s", flush=True)
+
+    med = {c: statistics.median(v) for c, v in results.items()}
+    info = machine()
+    print()
+    print(f"{s['env']}: {s['num_envs']} env(s) x {s['rollout_steps']} steps, minibatch {s['minibatch_size']}, "
+          f"{s['epochs']} epochs, {s['hidden']} {s['activation']} MLP; {args.rounds} rounds x {args.iterations} iterations")
+    print(f"machine: {info['cores']} cores, torch {info['torch']} ({info['torch_threads_default']} threads default), cuda={info['cuda']}")
+    print(f"{'contender':14s} {'steps/s (median)':>18s}")
+    for c, v in med.items():
+        print(f"{c:14s} {v:18,.0f}")
+    ratios = {}
+    if "ours_train" in med and "sb3_train" in med:
+        ratios["ours_train / sb3_train"] = med["ours_train"] / med["sb3_train"]
+    if "ours_collect" in med and "raw_env" in med:
+        ratios["ours_collect / raw_env"] = med["ours_collect"] / med["raw_env"]
+    for k, v in ratios.items():
+        print(f"{k:26s} {v:6.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"settings": s, "machine": info, "steps_per_s": results, "median": med, "ratios": ratios}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

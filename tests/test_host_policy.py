@@ -1,0 +1,73 @@
+"""The numpy collection path computes what the torch module computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+from test_collector import build
+from test_modules import spec
+
+from embodied_ppo.modules import ActorCritic
+from embodied_ppo.modules.host_policy import HostPolicy, host_supported
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "categorical"])
+@pytest.mark.parametrize("activation", ["tanh", "relu", "elu", "silu", "leaky_relu"])
+@pytest.mark.parametrize("share, sde", [(True, False), (False, False), (False, True)])
+def test_host_policy_matches_torch(kind, activation, share, sde):
+    torch.manual_seed(0)
+    ac = ActorCritic(spec(kind, activation=activation, share_backbone=share, state_dependent_std=sde))
+    # Non-trivial weights and normalizer statistics.
+    with torch.no_grad():
+        for p in ac.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    ac.obs_normalizer.update(torch.randn(200, 5) * 4 + 2)
+    host = HostPolicy(ac)
+    obs = torch.randn(7, 5) * 5
+    noise = ac.sample_noise(7, torch.device("cpu"))
+    with torch.no_grad():
+        a, lp, v = ac.act(obs, noise)
+    ha, hlp, hv = host.act(obs.numpy(), noise.numpy())
+    if kind == "gaussian":
+        assert np.allclose(ha, a.numpy(), atol=1e-5)
+    else:
+        assert np.array_equal(ha, a.numpy())
+    assert np.allclose(hlp, lp.numpy(), atol=1e-4)
+    assert np.allclose(hv, v.numpy(), atol=1e-5)
+    assert np.allclose(host.value(obs.numpy()), v.numpy(), atol=1e-5)
+
+
+def test_gelu_has_no_host_path():
+    assert not host_supported(ActorCritic(spec(activation="gelu")))
+    with pytest.raises(ValueError):
+        HostPolicy(ActorCritic(spec(activation="gelu")))
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_host_and_device_collection_agree(env_id):
+    rollouts = []
+    for inference in ("host", "device"):
+        cfg = tiny_config(env_id, env={"num_envs": 3}, algorithm={"rollout_steps": 10, "minibatch_size": 10})
+        envs, policy, buf, col = build(cfg, inference=inference)
+        col.collect()
+        envs.close()
+        rollouts.append(buf)
+    host, device = rollouts
+    # Same noise, same weights: the same first step; later steps may drift by float error only.
+    for name in ("obs", "actions", "logprobs", "values", "rewards", "next_values"):
+        assert torch.allclose(getattr(host, name).float(), getattr(device, name).float(), atol=1e-4), name
+
+
+def test_host_rows_do_not_depend_on_the_batch_size():
+    torch.manual_seed(0)
+    ac = ActorCritic(spec(hidden_sizes=[64, 64], share_backbone=False))
+    host = HostPolicy(ac)
+    obs = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)
+    noise = np.random.default_rng(1).standard_normal((6, 3)).astype(np.float32)
+    whole = host.act(obs, noise)
+    for size in (1, 2, 4):
+        parts = [host.act(obs[i : i + size], noise[i : i + size]) for i in range(0, 6, size)]
+        for a, b in zip(whole, zip(*parts)):
+            assert np.array_equal(a, np.concatenate(b)), size
