@@ -29,7 +29,9 @@ class RolloutStats:
 def pick_inference(mode: str, policy: ActorCritic, num_envs: int) -> str:
     """`host` (numpy snapshot) or `device` (torch) for `inference: auto | host | device`."""
     if mode == "auto":
-        return "host" if num_envs <= HOST_INFERENCE_MAX_ENVS and host_supported(policy) else "device"
+        return (
+            "host" if num_envs <= HOST_INFERENCE_MAX_ENVS and host_supported(policy) else "device"
+        )
     if mode == "host" and not host_supported(policy):
         raise ValueError("host inference does not support this policy's activation")
     return mode
@@ -68,7 +70,9 @@ class Collector:
         # Host staging (T, N, ...): one copy to the buffer per rollout.
         self._stage = {
             "obs": np.zeros((T, N, D), dtype=np.float32),
-            "actions": np.zeros((T, N, *action_shape), dtype=np.float32 if policy.is_gaussian else np.int64),
+            "actions": np.zeros(
+                (T, N, *action_shape), dtype=np.float32 if policy.is_gaussian else np.int64
+            ),
             "logprobs": np.zeros((T, N), dtype=np.float32),
             "values": np.zeros((T, N), dtype=np.float32),
             "final_values": np.zeros((T, N), dtype=np.float32),
@@ -106,7 +110,9 @@ class Collector:
         x = torch.from_numpy(obs).to(self.device)
         return torch.cat([self.policy.value(x[c]) for c in self._chunks(x.shape[0])]).cpu().numpy()
 
-    def _act_host(self, host: HostPolicy, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _act_host(
+        self, host: HostPolicy, obs: np.ndarray, noise: np.ndarray
+    ) -> tuple[np.ndarray, ...]:
         if obs.shape[0] <= self.micro_batch:
             return host.act(obs, noise)
         parts = [host.act(obs[c], noise[c]) for c in self._chunks(obs.shape[0])]
@@ -136,7 +142,9 @@ class Collector:
         st["truncated"].fill(False)
         st["final_values"].fill(0.0)
         # All sampling noise of the rollout in one draw (torch RNG, on the host).
-        noise_t = self.policy.sample_noise(T * N, torch.device("cpu")).reshape(T, N, *self._noise_shape)
+        noise_t = self.policy.sample_noise(T * N, torch.device("cpu")).reshape(
+            T, N, *self._noise_shape
+        )
         host = HostPolicy(self.policy) if self.inference == "host" else None
         obs_np = self.obs.cpu().numpy()
         if host is not None:
@@ -191,7 +199,9 @@ class Collector:
         last = self._value_host(host, obs_np) if host is not None else self._value_device(obs_np)
         self.obs = self._tensor(obs_np.copy())  # the env may reuse its observation array
         self._to_buffer(torch.from_numpy(last))
-        buf.rewards.copy_(self.reward_scaler.scale_rollout(buf.rewards, buf.ends, buf.mask if episodic else None))
+        buf.rewards.copy_(
+            self.reward_scaler.scale_rollout(buf.rewards, buf.ends, buf.mask if episodic else None)
+        )
         return stats
 
     def _to_buffer(self, last_values: torch.Tensor) -> None:

@@ -80,7 +80,12 @@ def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
 
     return from_dict(
         {
-            "env": {"id": s["env"], "num_envs": s["num_envs"], "normalize_obs": True, "normalize_reward": True},
+            "env": {
+                "id": s["env"],
+                "num_envs": s["num_envs"],
+                "normalize_obs": True,
+                "normalize_reward": True,
+            },
             "model": {
                 "hidden_sizes": s["hidden"],
                 "activation": s["activation"],
@@ -128,7 +133,9 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
         envs.reset()
         rng = np.random.default_rng(0)
         low, high = envs.env.single_action_space.low, envs.env.single_action_space.high
-        actions = rng.uniform(low, high, size=(iterations + 1, s["rollout_steps"], s["num_envs"], low.shape[0])).astype(np.float32)
+        actions = rng.uniform(
+            low, high, size=(iterations + 1, s["rollout_steps"], s["num_envs"], low.shape[0])
+        ).astype(np.float32)
         for t in range(s["rollout_steps"]):  # warm-up
             envs.step(actions[0, t])
         start = time.perf_counter()
@@ -154,7 +161,10 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
                 return {"steps": iterations * batch, "seconds": elapsed}
             # Full training: time iterations 2..N+1 from the per-iteration metrics.
             trainer.train()
-            records = [json.loads(x) for x in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
+            records = [
+                json.loads(x)
+                for x in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()
+            ]
             elapsed = records[-1]["time"] - records[0]["time"]
             return {"steps": iterations * batch, "seconds": elapsed}
     if name == "sb3_train":
@@ -178,7 +188,12 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
             def _on_step(self) -> bool:
                 return True
 
-        env = VecNormalize(make_vec_env(s["env"], n_envs=s["num_envs"], seed=0), gamma=s["gamma"], clip_obs=10.0, clip_reward=10.0)
+        env = VecNormalize(
+            make_vec_env(s["env"], n_envs=s["num_envs"], seed=0),
+            gamma=s["gamma"],
+            clip_obs=10.0,
+            clip_reward=10.0,
+        )
         act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[s["activation"]]
         model = PPO(
             "MlpPolicy",
@@ -194,7 +209,11 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
             ent_coef=0.0,
             vf_coef=0.5,
             max_grad_norm=s["max_grad_norm"],
-            policy_kwargs={"net_arch": {"pi": s["hidden"], "vf": s["hidden"]}, "activation_fn": act, "log_std_init": s["log_std_init"]},
+            policy_kwargs={
+                "net_arch": {"pi": s["hidden"], "vf": s["hidden"]},
+                "activation_fn": act,
+                "log_std_init": s["log_std_init"],
+            },
             device="cpu",
             seed=0,
             verbose=0,
@@ -224,18 +243,31 @@ def machine() -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--num-envs", type=int, default=1)
-    p.add_argument("--rollout-steps", type=int, default=2048, help="transitions per iteration (all envs)")
+    p.add_argument(
+        "--rollout-steps", type=int, default=2048, help="transitions per iteration (all envs)"
+    )
     p.add_argument("--minibatch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
     p.add_argument("--config", help="take every setting from this embodied-ppo config instead")
-    p.add_argument("--iterations", type=int, default=3, help="measured iterations per contender and round")
+    p.add_argument(
+        "--iterations", type=int, default=3, help="measured iterations per contender and round"
+    )
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=None, help="torch threads for ours (default: the config's / torch's)")
-    p.add_argument("--sb3-threads", type=int, default=None, help="torch threads for SB3 (default: torch's)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for ours (default: the config's / torch's)",
+    )
+    p.add_argument(
+        "--sb3-threads", type=int, default=None, help="torch threads for SB3 (default: torch's)"
+    )
     p.add_argument("--only", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
@@ -251,7 +283,16 @@ def main() -> None:
     results: dict[str, list[float]] = {c: [] for c in args.only}
     for r in range(args.rounds):
         for c in args.only:
-            cmd = [sys.executable, __file__, "--worker", c, "--settings", json.dumps(s), "--iterations", str(args.iterations)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker",
+                c,
+                "--settings",
+                json.dumps(s),
+                "--iterations",
+                str(args.iterations),
+            ]
             if args.threads is not None:
                 cmd += ["--threads", str(args.threads)]
             if args.sb3_threads is not None:
@@ -261,14 +302,20 @@ def main() -> None:
                 sys.exit(f"{c} failed:\n{out.stderr}")
             m = json.loads(out.stdout.strip().splitlines()[-1])
             results[c].append(m["steps"] / m["seconds"])
-            print(f"round {r + 1}/{args.rounds} {c:13s} {results[c][-1]:10,.0f} steps/s", flush=True)
+            print(
+                f"round {r + 1}/{args.rounds} {c:13s} {results[c][-1]:10,.0f} steps/s", flush=True
+            )
 
     med = {c: statistics.median(v) for c, v in results.items()}
     info = machine()
     print()
-    print(f"{s['env']}: {s['num_envs']} env(s) x {s['rollout_steps']} steps, minibatch {s['minibatch_size']}, "
-          f"{s['epochs']} epochs, {s['hidden']} {s['activation']} MLP; {args.rounds} rounds x {args.iterations} iterations")
-    print(f"machine: {info['cores']} cores, torch {info['torch']} ({info['torch_threads_default']} threads default), cuda={info['cuda']}")
+    print(
+        f"{s['env']}: {s['num_envs']} env(s) x {s['rollout_steps']} steps, minibatch {s['minibatch_size']}, "
+        f"{s['epochs']} epochs, {s['hidden']} {s['activation']} MLP; {args.rounds} rounds x {args.iterations} iterations"
+    )
+    print(
+        f"machine: {info['cores']} cores, torch {info['torch']} ({info['torch_threads_default']} threads default), cuda={info['cuda']}"
+    )
     print(f"{'contender':14s} {'steps/s (median)':>18s}")
     for c, v in med.items():
         print(f"{c:14s} {v:18,.0f}")
@@ -280,7 +327,18 @@ def main() -> None:
     for k, v in ratios.items():
         print(f"{k:26s} {v:6.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"settings": s, "machine": info, "steps_per_s": results, "median": med, "ratios": ratios}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "settings": s,
+                    "machine": info,
+                    "steps_per_s": results,
+                    "median": med,
+                    "ratios": ratios,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

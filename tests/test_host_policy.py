@@ -18,7 +18,9 @@ from embodied_ppo.modules.host_policy import HostPolicy, host_supported
 @pytest.mark.parametrize("share, sde", [(True, False), (False, False), (False, True)])
 def test_host_policy_matches_torch(kind, activation, share, sde):
     torch.manual_seed(0)
-    ac = ActorCritic(spec(kind, activation=activation, share_backbone=share, state_dependent_std=sde))
+    ac = ActorCritic(
+        spec(kind, activation=activation, share_backbone=share, state_dependent_std=sde)
+    )
     # Non-trivial weights and normalizer statistics.
     with torch.no_grad():
         for p in ac.parameters():
@@ -49,7 +51,9 @@ def test_gelu_has_no_host_path():
 def test_host_and_device_collection_agree(env_id):
     rollouts = []
     for inference in ("host", "device"):
-        cfg = tiny_config(env_id, env={"num_envs": 3}, algorithm={"rollout_steps": 10, "minibatch_size": 10})
+        cfg = tiny_config(
+            env_id, env={"num_envs": 3}, algorithm={"rollout_steps": 10, "minibatch_size": 10}
+        )
         envs, policy, buf, col = build(cfg, inference=inference)
         col.collect()
         envs.close()
@@ -57,15 +61,20 @@ def test_host_and_device_collection_agree(env_id):
     host, device = rollouts
     # Same noise, same weights: the same first step; later steps may drift by float error only.
     for name in ("obs", "actions", "logprobs", "values", "rewards", "next_values"):
-        assert torch.allclose(getattr(host, name).float(), getattr(device, name).float(), atol=1e-4), name
+        assert torch.allclose(
+            getattr(host, name).float(), getattr(device, name).float(), atol=1e-4
+        ), name
 
 
-def test_host_rows_do_not_depend_on_the_batch_size():
+@pytest.mark.parametrize("kind", ["gaussian", "categorical"])
+def test_host_rows_do_not_depend_on_the_batch_size(kind):
     torch.manual_seed(0)
-    ac = ActorCritic(spec(hidden_sizes=[64, 64], share_backbone=False))
+    ac = ActorCritic(spec(kind, hidden_sizes=[64, 64], share_backbone=False))
     host = HostPolicy(ac)
     obs = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)
-    noise = np.random.default_rng(1).standard_normal((6, 3)).astype(np.float32)
+    rng = np.random.default_rng(1)
+    noise = rng.standard_normal((6, 3)) if kind == "gaussian" else rng.uniform(size=6)
+    noise = noise.astype(np.float32)
     whole = host.act(obs, noise)
     for size in (1, 2, 4):
         parts = [host.act(obs[i : i + size], noise[i : i + size]) for i in range(0, 6, size)]

@@ -81,8 +81,16 @@ class HostPolicy:
         self.clip = norm.clip
         self.actor = _layers(policy.actor_backbone)
         self.critic = None if policy.critic_backbone is None else _layers(policy.critic_backbone)
-        self.head_w, self.head_b = _np(policy.action_head.weight).T.copy(), _np(policy.action_head.bias)
-        self.value_w, self.value_b = _np(policy.value_head.weight).T.copy(), _np(policy.value_head.bias)
+        self.head_w, self.head_b = (
+            _np(policy.action_head.weight).T.copy(),
+            _np(policy.action_head.bias),
+        )
+        # The one-column value head as a row-wise dot product: a (B, H) @ (H, 1) product may take
+        # a BLAS path whose rounding depends on B.
+        self.value_w, self.value_b = (
+            _np(policy.value_head.weight)[0],
+            _np(policy.value_head.bias)[0],
+        )
         self.gaussian = policy.is_gaussian
         self.state_dependent_std = policy.state_dependent_std
         if self.gaussian:
@@ -114,7 +122,7 @@ class HostPolicy:
             return self.value(np.concatenate([obs, obs]))[:1]
         x = self._input(obs)
         feat = self._mlp(x, self.critic if self.critic is not None else self.actor)
-        return (feat @ self.value_w + self.value_b)[:, 0]
+        return (feat * self.value_w).sum(-1) + self.value_b
 
     def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(action, log_prob, value) for raw observations (B, obs_dim) and sampling noise.
@@ -131,7 +139,7 @@ class HostPolicy:
         x = self._input(obs)
         actor = self._mlp(x, self.actor)
         critic = actor if self.critic is None else self._mlp(x, self.critic)
-        value = (critic @ self.value_w + self.value_b)[:, 0]
+        value = (critic * self.value_w).sum(-1) + self.value_b
         out = actor @ self.head_w + self.head_b
         if self.gaussian:
             if self.state_dependent_std:

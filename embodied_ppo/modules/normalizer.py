@@ -81,7 +81,9 @@ class ObsNormalizer(RunningMeanStd):
         self.scale.copy_(torch.rsqrt(self.var + self.eps).to(self.scale.dtype))
 
     @torch.no_grad()
-    def merge(self, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: torch.Tensor) -> None:
+    def merge(
+        self, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: torch.Tensor
+    ) -> None:
         super().merge(batch_mean, batch_var, batch_count)
         self.refresh()
 
