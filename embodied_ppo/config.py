@@ -28,7 +28,7 @@ class EnvConfig:
 
     id: str | None = None
     num_envs: int = 8
-    backend: Literal["sync", "async"] = "sync"
+    backend: Literal["sync", "async", "envpool"] = "sync"
     kwargs: dict = field(default_factory=dict)
     max_episode_steps: int | None = None
     normalize_obs: bool = True
@@ -128,6 +128,7 @@ class TrainerConfig:
     checkpoint_interval: int = 10
     torch_threads: int | None = None
     inference: Literal["auto", "host", "device"] = "auto"
+    compile: bool = False
     # Evaluation during training: deterministic episodes every eval_interval iterations (and
     # after the last); null turns it off. A video of the first episode every video_interval
     # evaluations (null: no videos).

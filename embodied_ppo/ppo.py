@@ -86,12 +86,25 @@ class PPOUpdate:
         optimizer: torch.optim.Optimizer,
         generator: torch.Generator,
         reference: ActorCritic | None = None,
+        compile: bool = False,
     ) -> None:
         self.policy, self.algo, self.optim = policy, algo, optim
+        # torch.compile fuses the forward and backward of the policy evaluation (opt-in: the
+        # first update pays the compilation).
+        self.evaluate = torch.compile(policy.evaluate) if compile else policy.evaluate
         self.optimizer = optimizer
         self.generator = generator  # CPU generator for minibatch shuffling
         self.reference = reference  # frozen policy for the KL loss
         self.params = [p for p in policy.parameters() if p.requires_grad]
+        # On an accelerator, fused Adam skips a step on a device-side flag (found_inf), so a
+        # non-finite step is dropped without a host sync and reported after the update. On the
+        # CPU a sync is free: the update stops at the first non-finite step.
+        device = next(iter(policy.parameters())).device
+        self._skips_on_flag = (
+            device.type != "cpu"
+            and bool(optimizer.defaults.get("fused"))
+            and isinstance(optimizer, torch.optim.Adam)
+        )
 
     @property
     def lr(self) -> float:
@@ -120,8 +133,11 @@ class PPOUpdate:
         micro = a.micro_batch_size or a.minibatch_size
         use_kl = a.use_kl_loss and self.reference is not None
         critic = a.loss_type == "actor_critic"
-        sums: dict[str, torch.Tensor | float] = {}
-        num_updates, stopped = 0, False
+        # Per-step metrics stay tensors until the end: no host sync inside the loop.
+        records: list[dict[str, torch.Tensor | float]] = []
+        where: list[tuple[int, int]] = []
+        bad_flags: list[torch.Tensor] = []
+        stopped = False
         for epoch in range(a.update_epochs):
             for k, idx in enumerate(self._minibatches(size, num_steps, device)):
                 weights = aggregation_weights(batch["mask"][idx], a.loss_agg_func, num_steps)
@@ -132,7 +148,7 @@ class PPOUpdate:
                     j = idx[start : start + micro]
                     w = weights[start : start + micro]
                     obs, actions = batch["obs"][j], batch["actions"][j]
-                    logprob, entropy, value, dist = self.policy.evaluate(obs, actions)
+                    logprob, entropy, value, dist = self.evaluate(obs, actions)
                     kl = None
                     if use_kl:
                         with torch.no_grad():
@@ -172,19 +188,34 @@ class PPOUpdate:
                     break
                 grad_norm = self._clip_grads()
                 # A non-finite loss can still give finite (e.g. Huber-bounded) gradients: check both.
-                if not torch.isfinite(grad_norm + mb_loss):
-                    raise NonFiniteError(self._culprit(mb), epoch, k)
+                bad = ~torch.isfinite(grad_norm + mb_loss)
                 if self.optim.schedule == "adaptive":
                     self.set_lr(adapt_learning_rate(self.lr, float(mb["approx_kl"]), self.optim))
+                if self._skips_on_flag:
+                    # The fused step skips the update (and its moments) where found_inf is set,
+                    # so a non-finite step never reaches the weights and nothing waits on the host.
+                    self.optimizer.found_inf = bad.to(torch.float32)
+                elif bool(bad):
+                    raise NonFiniteError(self._culprit(mb), epoch, k)
                 self.optimizer.step()
                 mb["grad_norm"] = grad_norm
-                for name, v in mb.items():
-                    sums[name] = sums.get(name, 0.0) + v
-                num_updates += 1
+                records.append(mb)
+                where.append((epoch, k))
+                bad_flags.append(bad)
             if stopped:
                 break
-        out = {name: float(v) / max(num_updates, 1) for name, v in sums.items()}
-        out["num_gradient_steps"] = float(num_updates)
+        if self._skips_on_flag:
+            del self.optimizer.found_inf
+        if bad_flags:
+            flags = torch.stack(bad_flags)
+            if bool(flags.any()):  # one host sync per update
+                first = int(flags.nonzero()[0, 0])
+                raise NonFiniteError(self._culprit(records[first]), *where[first])
+        out: dict[str, float] = {}
+        if records:
+            for name in records[0]:
+                out[name] = float(torch.stack([torch.as_tensor(r[name]) for r in records]).mean())
+        out["num_gradient_steps"] = float(len(records))
         out["early_stopped"] = float(stopped)
         return out
 

@@ -33,7 +33,7 @@ from embodied_ppo.buffer import RolloutBuffer
 from embodied_ppo.checkpoint import checkpoints_dir, load_checkpoint, save_checkpoint, trim_metrics
 from embodied_ppo.collector import Collector
 from embodied_ppo.config import CRITIC_FREE, Config
-from embodied_ppo.envs import SpaceInfo, VecEnv, check_episodic, env_seeds, group_seeds
+from embodied_ppo.envs import SpaceInfo, check_episodic, env_seeds, group_seeds, make_env
 from embodied_ppo.errors import CheckpointError, ConfigError, TrainingError
 from embodied_ppo.losses import adaptive_kl_coef, explained_variance, kl_estimate
 from embodied_ppo.modules.actor_critic import ActorCritic
@@ -231,7 +231,7 @@ class Trainer:
             from embodied_ppo.evaluate import PeriodicEvaluator
 
             self.evaluator = PeriodicEvaluator(cfg, self.run_dir)
-        self.envs = VecEnv(e, cfg.trainer.seed)
+        self.envs = make_env(e, cfg.trainer.seed)
         self.info = self.envs.info
         self.policy = ActorCritic(model_spec(cfg, self.info)).to(self.device)
         gaussian = self.info.action_kind == "gaussian"
@@ -263,7 +263,13 @@ class Trainer:
         self.optimizer = make_optimizer(self.policy, cfg.optim)
         self.shuffle = torch.Generator().manual_seed(cfg.trainer.seed)
         self.updater = PPOUpdate(
-            self.policy, a, cfg.optim, self.optimizer, self.shuffle, self.reference
+            self.policy,
+            a,
+            cfg.optim,
+            self.optimizer,
+            self.shuffle,
+            self.reference,
+            compile=cfg.trainer.compile,
         )
         self.global_step, self.iteration = 0, 0
         self.recent_returns: deque[float] = deque(maxlen=100)
@@ -554,7 +560,8 @@ class Trainer:
         else:
             reason = self.envs.set_state(saved)
             if reason is None:
-                self.collector.obs = obs.to(self.device)
+                # Where the collector keeps it (host or device): where reset() just put it.
+                self.collector.obs = obs.to(self.collector.obs.device)
                 return
             if saved["members"] is not None:
                 self.collector.reset(fresh_seeds)  # undo a partial restore

@@ -163,3 +163,43 @@ def test_update_reduces_the_loss_on_a_fixed_batch():
     with torch.no_grad():
         err1 = (batch["returns"] - policy.value(batch["obs"])).square().mean()
     assert err1 < 0.5 * err0
+
+
+def test_deferred_non_finite_check_skips_the_step_without_a_sync():
+    # The accelerator path: the fused optimizer drops flagged steps; the error comes at the end.
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    before = copy.deepcopy(policy.state_dict())
+    optim = OptimConfig()
+    opt = make_optimizer(policy, optim)
+    upd = PPOUpdate(policy, AlgorithmConfig(minibatch_size=16), optim, opt, torch.Generator())
+    upd._skips_on_flag = True
+    batch = random_batch()
+    batch["returns"][:] = float("nan")  # every minibatch is poisoned
+    with pytest.raises(NonFiniteError, match="epoch 0, minibatch 0"):
+        upd.update(batch, 8)
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert all(int(s["step"]) == 0 for s in opt.state.values())  # moments and steps untouched
+    assert not hasattr(opt, "found_inf")
+
+
+def test_compiled_update_matches_eager():
+    eager, m_eager = run_update("gaussian", None)
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    policy.obs_normalizer.update(torch.randn(100, 5) * 3)
+    algo = AlgorithmConfig(minibatch_size=16, update_epochs=3, entropy_bonus=0.01, clip_ratio_c=3.0)
+    optim = OptimConfig(lr=1e-3)
+    upd = PPOUpdate(
+        policy,
+        algo,
+        optim,
+        make_optimizer(policy, optim),
+        torch.Generator().manual_seed(1),
+        compile=True,
+    )
+    m = upd.update(random_batch("gaussian"), 8)
+    for k, v in eager.state_dict().items():
+        assert torch.allclose(v, policy.state_dict()[k], atol=1e-5), k
+    assert m["policy_loss"] == pytest.approx(m_eager["policy_loss"], rel=1e-4, abs=1e-6)

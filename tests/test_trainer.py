@@ -189,3 +189,16 @@ def test_first_ratio_of_an_update_is_one(tmp_path):
     # One minibatch per epoch: approx_kl is measured before the step, at ratio 1.
     assert all(r["losses/approx_kl"] < 1e-10 for r in records)
     assert all(r["losses/clipfrac"] == 0.0 for r in records)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("inference", ["host", "device"])
+def test_cuda_training_matches_cpu(tmp_path, inference):
+    cpu = train(tiny_config("Pendulum-v1", trainer={"inference": inference}), tmp_path / "cpu")
+    gpu = train(
+        tiny_config("Pendulum-v1", trainer={"device": "cuda", "inference": inference}),
+        tmp_path / "gpu",
+    )
+    for k, v in cpu.policy.state_dict().items():
+        assert torch.allclose(v, gpu.policy.state_dict()[k].cpu(), atol=1e-4), k
+    assert gpu.buffer.obs.device.type == "cuda"
