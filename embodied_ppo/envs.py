@@ -150,8 +150,21 @@ def _make_member(cfg: EnvConfig, index: int, main_pid: int) -> gym.Env:
     return TrackedEnv(_make_one(cfg), index)
 
 
+def make_env(cfg: EnvConfig, seed: int) -> VecEnv:
+    """The training vector env for `cfg.backend`: a VecEnv, or envpool's adapter (same interface)."""
+    if cfg.backend == "envpool":
+        from embodied_ppo.envpool_backend import EnvPoolVecEnv
+
+        return EnvPoolVecEnv(cfg, seed)  # type: ignore[return-value]
+    return VecEnv(cfg, seed)
+
+
 def space_info(cfg: EnvConfig) -> SpaceInfo:
     """Build one env to read its spaces; unsupported spaces are config errors."""
+    if cfg.backend == "envpool":
+        from embodied_ppo.envpool_backend import envpool_space_info
+
+        return envpool_space_info(cfg)
     check_env_id(cfg.id)
     try:
         env = _make_one(cfg)

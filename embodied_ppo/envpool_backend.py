@@ -1,0 +1,383 @@
+"""The `env.backend: envpool` vector env: envpool's C++ thread pool behind VecEnv's interface.
+
+envpool steps every env in C++ threads and hands back whole batches, but its conventions differ
+from the gymnasium backend's in four ways, and this adapter evens them out so the collector sees
+exactly what `VecEnv` gives it (DESIGN Rule 1):
+
+* Autoreset. envpool resets an env that ended on its *next* step (NEXT_STEP: that step ignores
+  the action and returns the reset observation with reward 0). Here, on the step where episodes
+  end, the ended envs are reset at once through envpool's `reset(env_ids)`, so a step returns the
+  reset observation as `obs` and the observation the episode ended with as `final_obs`
+  (SAME_STEP), and every envpool step is a real transition.
+* Time limit. envpool reports an episode that terminates on the last step of its time limit as
+  truncated and *not* terminated, which would bootstrap a terminal state with V(final_obs). The
+  adapter therefore turns envpool's own limit off and applies the Gymnasium limit itself, like
+  gymnasium's TimeLimit: `truncated` when the limit is reached, `terminated` from the task alone
+  (both may be set).
+* Seeding. envpool seeds each env once, when the pool is built (`seed=[...]`, one int32 per env),
+  and later resets draw from that env's generator, just as gymnasium continues an env's generator
+  after `reset(seed=...)`. `reset(seeds)` therefore builds a fresh pool with those seeds (a few
+  milliseconds), so every env starts from its own seed as with the gymnasium backend. The numbers
+  differ from gymnasium's (other generator, other initial-state draws), so a seed gives the same
+  run on this backend every time, not the gymnasium backend's run.
+* Exact resume. The C++ envs' mid-episode state cannot be captured: a resumed run starts fresh
+  episodes (the trainer says so in its resume note).
+
+Tasks must be provided by both envpool and Gymnasium, with the same spaces: evaluation, videos and
+`embodied-ppo eval` run the Gymnasium version, and `env.kwargs` go to both.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from embodied_ppo.config import EnvConfig
+from embodied_ppo.envs import SpaceInfo, StepResult, env_seeds, space_info
+from embodied_ppo.errors import ConfigError, TrainingError
+
+INSTALL_HINT = (
+    "env.backend: 'envpool' needs the envpool package: pip install 'embodied-ppo[envpool]'"
+)
+
+# envpool make arguments that describe the pool rather than the task: the adapter sets them.
+_POOL_KEYS = frozenset(
+    {
+        "num_envs",
+        "batch_size",
+        "num_threads",
+        "max_num_players",
+        "thread_affinity_offset",
+        "base_path",
+        "seed",
+        "env_seed",
+        "gym_reset_return_info",
+        "max_episode_steps",
+    }
+)
+# Task arguments that envpool reads differently from Gymnasium, so one value cannot suit both.
+_DIFFERENT_MEANING = {
+    "xml_file": "envpool loads the model files it ships, Gymnasium a path of yours",
+}
+_NO_LIMIT = 2**31 - 1  # envpool's own time limit, effectively off (the adapter applies the limit)
+
+
+@dataclass
+class _Plan:
+    """What the pool is built from: validated task arguments, spaces and the time limit."""
+
+    info: SpaceInfo
+    make_kwargs: dict[str, Any]
+    limit: int | None
+
+
+def _import_envpool() -> Any:
+    try:
+        import envpool
+    except ImportError:
+        raise ConfigError(INSTALL_HINT) from None
+    return envpool
+
+
+def _type_ok(value: Any, default: Any) -> bool:
+    """Whether `value` fits the type of envpool's default for the argument."""
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, type(default))
+
+
+def _check_kwargs(cfg: EnvConfig, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Every `env.kwargs` key as an envpool task argument of the right type, or a ConfigError."""
+    task_keys = sorted(k for k in defaults if k not in _POOL_KEYS and k not in _DIFFERENT_MEANING)
+    for key, value in cfg.kwargs.items():
+        path = f"env.kwargs.{key}"
+        if key == "max_episode_steps":
+            raise ConfigError(f"{path}: set env.max_episode_steps instead (env.backend envpool)")
+        if key in _DIFFERENT_MEANING:
+            raise ConfigError(
+                f"{path}: not supported with env.backend envpool ({_DIFFERENT_MEANING[key]}); "
+                "use env.backend sync or async"
+            )
+        if key in _POOL_KEYS:
+            raise ConfigError(
+                f"{path}: an envpool pool setting, not a task argument; embodied-ppo sets it "
+                "(env.num_envs, trainer.seed, threads = available cores)"
+            )
+        if key not in defaults:
+            close = difflib.get_close_matches(key, task_keys, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                f"{path}: envpool's {cfg.id} has no such argument; {hint}it takes: "
+                f"{', '.join(task_keys) or 'none'} (or use env.backend sync or async)"
+            )
+        if not _type_ok(value, defaults[key]):
+            raise ConfigError(
+                f"{path}: got {value!r}, expected a {type(defaults[key]).__name__} "
+                f"(envpool's default is {defaults[key]!r})"
+            )
+    return dict(cfg.kwargs)
+
+
+def _spec_space_info(spec: Any, env_id: str) -> SpaceInfo:
+    from embodied_ppo.envs import _space_info
+
+    with warnings.catch_warnings():
+        # envpool builds float32 Boxes from float64 bounds; gymnasium warns about the cast.
+        warnings.simplefilter("ignore")
+        return _space_info(spec.gymnasium_observation_space, spec.gymnasium_action_space, env_id)
+
+
+def _same_spaces(a: SpaceInfo, b: SpaceInfo) -> bool:
+    if (a.obs_dim, a.action_kind, a.action_dim) != (b.obs_dim, b.action_kind, b.action_dim):
+        return False
+    if a.action_low is None or b.action_low is None:
+        return a.action_low is None and b.action_low is None
+    return bool(
+        np.allclose(a.action_low, b.action_low, rtol=1e-6)
+        and np.allclose(a.action_high, b.action_high, rtol=1e-6)
+    )
+
+
+def plan(cfg: EnvConfig) -> _Plan:
+    """Validate `cfg` for the envpool backend; every problem is a one-line ConfigError."""
+    envpool = _import_envpool()
+    known = envpool.list_all_envs()
+    if cfg.id not in known:
+        close = difflib.get_close_matches(cfg.id, known, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+        raise ConfigError(
+            f"env.id: envpool does not provide {cfg.id!r}; {hint}use env.backend sync or async for it"
+        )
+    if cfg.id not in gym.registry:
+        raise ConfigError(
+            f"env.id: {cfg.id!r} is an envpool task that Gymnasium does not provide; env.backend "
+            "envpool needs a task both provide (evaluation runs the Gymnasium version)"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        defaults = envpool.make_spec(cfg.id).config._asdict()
+    make_kwargs = _check_kwargs(cfg, defaults)
+    try:
+        spec = envpool.make_spec(cfg.id, **make_kwargs)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"env.kwargs: envpool's {cfg.id} rejected {cfg.kwargs}: {first}"
+        ) from None
+    info = _spec_space_info(spec, cfg.id)
+    try:
+        gym_info = space_info(replace(cfg, backend="sync"))
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc} (env.backend envpool: evaluation runs the Gymnasium task with the same env.kwargs)"
+        ) from None
+    if not _same_spaces(info, gym_info):
+        raise ConfigError(
+            f"env.id: envpool's {cfg.id} has other spaces than Gymnasium's (observations "
+            f"{info.obs_dim} vs {gym_info.obs_dim}, actions {info.action_kind} {info.action_dim} vs "
+            f"{gym_info.action_kind} {gym_info.action_dim}); use env.backend sync or async"
+        )
+    if cfg.max_episode_steps is not None:
+        limit: int | None = cfg.max_episode_steps
+    else:
+        limit = gym.spec(cfg.id).max_episode_steps
+    return _Plan(gym_info, make_kwargs, limit)
+
+
+def envpool_space_info(cfg: EnvConfig) -> SpaceInfo:
+    """`space_info` for the envpool backend (validates the whole env block on the way)."""
+    return plan(cfg).info
+
+
+def default_threads(num_envs: int) -> int:
+    """Threads for the pool: one per core this process may run on, at most one per env."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(num_envs, cores))
+
+
+def _int32_seeds(seeds: list[int]) -> list[int]:
+    """envpool takes int32 seeds: read each uint32 seed's bits as int32 (distinct stay distinct)."""
+    return np.asarray([s & 0xFFFFFFFF for s in seeds], dtype=np.uint32).view(np.int32).tolist()
+
+
+class EnvPoolVecEnv:
+    """envpool's vector env with VecEnv's interface and semantics (see the module docstring)."""
+
+    def __init__(self, cfg: EnvConfig, seed: int, env_offset: int = 0) -> None:
+        p = plan(cfg)
+        self.cfg = cfg
+        self.info = p.info
+        self.num_envs = cfg.num_envs
+        self.num_threads = default_threads(cfg.num_envs)
+        self.seeds = env_seeds(seed, cfg.num_envs, env_offset)
+        self._make_kwargs, self._limit = p.make_kwargs, p.limit
+        self._pool: Any = None
+        self._pool_seeds: list[int] | None = None
+        self._fresh = False  # the pool was just built and not yet reset
+        self._build(self.seeds)
+        if self.info.action_kind == "gaussian":
+            self._low = np.asarray(self.info.action_low, dtype=np.float32)
+            self._high = np.asarray(self.info.action_high, dtype=np.float32)
+        self._ids = np.arange(self.num_envs, dtype=np.int32)
+        self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.steps = 0  # vector steps taken in this run (restored on resume); for error messages
+        self.action_space = gym.vector.utils.batch_space(
+            _gym_action_space(self.info), self.num_envs
+        )
+        self.action_space.seed(self.seeds[0])
+
+    def _build(self, seeds: list[int]) -> None:
+        envpool = _import_envpool()
+        if self._pool is not None:
+            self._pool.close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._pool = envpool.make_gymnasium(
+                self.cfg.id,
+                num_envs=self.num_envs,
+                batch_size=self.num_envs,
+                num_threads=self.num_threads,
+                seed=_int32_seeds(seeds),
+                max_episode_steps=_NO_LIMIT,
+                **self._make_kwargs,
+            )
+            # Built (and cached) on first use, which would warn on every rebuild otherwise.
+            self._pool.observation_space, self._pool.action_space  # noqa: B018
+        self._pool_seeds, self._fresh = list(seeds), True
+
+    def _where(self, step: int) -> str:
+        return f"at step {step} (global step {step * self.num_envs:,})"
+
+    def reset(self, seeds: list[int] | None = None) -> np.ndarray:
+        """Reset every env (with `seeds`, default: the per-env seeds of the run); returns obs (N, D)."""
+        seeds = list(seeds) if seeds is not None else self.seeds
+        try:
+            if not (self._fresh and seeds == self._pool_seeds):
+                self._build(seeds)  # envpool seeds envs only when it builds them
+            obs, info = self._pool.reset()
+        except Exception as exc:
+            raise TrainingError(f"environment reset failed ({type(exc).__name__}: {exc})") from exc
+        self._fresh = False
+        obs = self._ordered(np.array(obs, dtype=np.float32), info["env_id"])
+        self._ep_return[:] = 0.0
+        self._ep_length[:] = 0
+        return self._check_obs(obs, "on reset")
+
+    def _ordered(self, array: np.ndarray, env_id: np.ndarray) -> np.ndarray:
+        """Rows by env index (a sync pool already returns them in order; this guards it)."""
+        if np.array_equal(env_id, self._ids[: len(env_id)]):
+            return array
+        return array[np.argsort(env_id)]
+
+    def step(self, action: np.ndarray) -> StepResult:
+        """Step with `action` (N, A) float or (N,) int; Box actions are clipped to the bounds here."""
+        if self.info.action_kind == "gaussian":
+            action = np.clip(action, self._low, self._high)
+        where = self._where(self.steps + 1)
+        try:
+            obs, reward, term, trunc, info = self._pool.step(np.asarray(action))
+        except Exception as exc:
+            raise TrainingError(
+                f"environment step failed ({type(exc).__name__}: {exc}) {where}"
+            ) from exc
+        order = info["env_id"]
+        # Copies: the rows of ended envs are replaced by their reset observations below.
+        obs = self._ordered(np.array(obs, dtype=np.float32), order)
+        reward = self._ordered(np.asarray(reward, dtype=np.float32), order)
+        term = self._ordered(np.array(term, dtype=bool), order)
+        trunc = self._ordered(np.array(trunc, dtype=bool), order)
+        self._check_obs(obs, where)  # where an episode ended, this is its final observation
+        if not np.isfinite(reward).all():
+            bad = int(np.flatnonzero(~np.isfinite(reward))[0])
+            raise TrainingError(
+                f"environment {bad} returned a non-finite reward {reward[bad]} {where}"
+            )
+        self.steps += 1
+        self._ep_return += reward
+        self._ep_length += 1
+        if self._limit is not None:
+            trunc |= self._ep_length >= self._limit
+        ended = term | trunc
+        final_obs = obs  # rows are only meaningful where an episode ended
+        if ended.any():
+            final_obs = obs.copy()
+            ids = np.flatnonzero(ended).astype(np.int32)
+            try:
+                reset_obs, reset_info = self._pool.reset(ids)
+            except Exception as exc:
+                raise TrainingError(
+                    f"environment reset failed ({type(exc).__name__}: {exc}) {where}"
+                ) from exc
+            rows = np.asarray(reset_info["env_id"])
+            obs[rows] = np.asarray(reset_obs, dtype=np.float32)
+            self._check_obs(obs, where)
+        rets = self._ep_return[ended].tolist()
+        lens = self._ep_length[ended].tolist()
+        self._ep_return[ended] = 0.0
+        self._ep_length[ended] = 0
+        return StepResult(
+            obs, reward, term, trunc, final_obs, rets, lens, np.flatnonzero(ended).tolist()
+        )
+
+    def sample_actions(self) -> np.ndarray:
+        """Uniform random actions for every env (for benchmarks and smoke tests)."""
+        return self.action_space.sample()
+
+    @staticmethod
+    def _check_obs(obs: np.ndarray, where: str) -> np.ndarray:
+        if not np.isfinite(obs).all():
+            bad = int(np.flatnonzero(~np.isfinite(obs).all(axis=-1))[0])
+            raise TrainingError(f"environment {bad} returned a non-finite observation {where}")
+        return obs
+
+    # ------------------------------------------------------------------ resume
+    def get_state(self) -> dict[str, Any]:
+        """Checkpoint-safe state like VecEnv's, without members: envpool's cannot be captured."""
+        return {
+            "members": None,
+            "not_captured": "env.backend envpool cannot capture its environments' state",
+            "ep_return": torch.from_numpy(self._ep_return.copy()),
+            "ep_length": torch.from_numpy(self._ep_length.copy()),
+            "steps": self.steps,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> str | None:
+        """Restore the step count; returns why the envs themselves cannot be restored."""
+        self.steps = int(state["steps"])
+        return "env.backend envpool cannot restore its environments' state"
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> EnvPoolVecEnv:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _gym_action_space(info: SpaceInfo) -> gym.Space:
+    if info.action_kind == "categorical":
+        return gym.spaces.Discrete(info.action_dim)
+    return gym.spaces.Box(
+        np.asarray(info.action_low, dtype=np.float32),
+        np.asarray(info.action_high, dtype=np.float32),
+        dtype=np.float32,
+    )
