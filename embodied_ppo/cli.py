@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from embodied_ppo.errors import ConfigError, UserError
 
@@ -139,14 +141,23 @@ def _default_run_dir(config_path: str | None, seed: int) -> Path:
 
 def _prepare_new_run(config_path: str, overrides: list[str]):
     from embodied_ppo.config import dump_yaml, load_config
-    from embodied_ppo.envs import space_info
+    from embodied_ppo.envs import check_episodic, space_info
     from embodied_ppo.trainer import model_spec, resolve_device
 
     cfg = load_config(config_path, overrides)
     info = space_info(cfg.env)  # unknown ids and unsupported spaces fail here, before any file
     model_spec(cfg, info)
+    check_episodic(cfg)
     resolve_device(cfg.trainer.device)
-    run_dir = Path(cfg.trainer.run_dir) if cfg.trainer.run_dir else _default_run_dir(config_path, cfg.trainer.seed)
+    run_dir = (
+        Path(cfg.trainer.run_dir)
+        if cfg.trainer.run_dir
+        else _default_run_dir(config_path, cfg.trainer.seed)
+    )
+    if run_dir.is_dir() and not (run_dir / "config.yaml").exists():
+        # A start killed while writing config.yaml leaves only its temp file: not a run yet.
+        for leftover in run_dir.glob(".config.yaml.*.tmp"):
+            leftover.unlink(missing_ok=True)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise ConfigError(
             f"trainer.run_dir: {str(run_dir)!r} already exists; continue it with "
@@ -156,7 +167,9 @@ def _prepare_new_run(config_path: str, overrides: list[str]):
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"trainer.run_dir: cannot create {str(run_dir)!r}: {exc.strerror}") from None
+        raise ConfigError(
+            f"trainer.run_dir: cannot create {str(run_dir)!r}: {exc.strerror}"
+        ) from None
     cfg.trainer.run_dir = str(run_dir)
     try:
         from embodied_ppo.checkpoint import atomic_write_bytes
@@ -165,12 +178,19 @@ def _prepare_new_run(config_path: str, overrides: list[str]):
     except OSError as exc:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
-        raise ConfigError(f"trainer.run_dir: cannot write to {str(run_dir)!r}: {exc.strerror}") from None
+        raise ConfigError(
+            f"trainer.run_dir: cannot write to {str(run_dir)!r}: {exc.strerror}"
+        ) from None
     return cfg, run_dir, created
 
 
 def _prepare_resume(run_dir_arg: str, overrides: list[str]):
-    from embodied_ppo.checkpoint import atomic_write_bytes, load_checkpoint
+    from embodied_ppo.checkpoint import (
+        atomic_write_bytes,
+        checkpoints_dir,
+        load_checkpoint,
+        remove_stale_temp_files,
+    )
     from embodied_ppo.config import apply_overrides as apply
     from embodied_ppo.config import dump_yaml, from_dict, load_yaml, parse_override
 
@@ -181,15 +201,24 @@ def _prepare_resume(run_dir_arg: str, overrides: list[str]):
     for text in overrides:
         key = ".".join(parse_override(text)[0])
         if key not in RESUMABLE_KEYS:
-            raise ConfigError(f"{key}: cannot change when resuming; allowed: {', '.join(sorted(RESUMABLE_KEYS))}")
+            raise ConfigError(
+                f"{key}: cannot change when resuming; allowed: {', '.join(sorted(RESUMABLE_KEYS))}"
+            )
     saved = load_yaml(config_file)
     cfg = from_dict(apply(saved, overrides))
-    state = load_checkpoint(run_dir)
-    ckpt_cfg = state.get("config")
-    if not isinstance(ckpt_cfg, dict) or _strip(ckpt_cfg) != _strip(from_dict(saved).to_dict()):
-        raise UserError(
-            f"--resume {run_dir}: the latest checkpoint was not written by this run's config"
-        )
+    ckpt_dir = checkpoints_dir(run_dir)
+    if not (ckpt_dir / "latest.pt").exists() and not any(ckpt_dir.glob("ckpt_*.pt")):
+        # Stopped before its first checkpoint: nothing was learned yet, so start it over.
+        state = None
+    else:
+        state = load_checkpoint(run_dir)
+        ckpt_cfg = state.get("config")
+        if not isinstance(ckpt_cfg, dict) or _strip(ckpt_cfg) != _strip(from_dict(saved).to_dict()):
+            raise UserError(
+                f"--resume {run_dir}: the latest checkpoint was not written by this run's config"
+            )
+    # Whoever wrote them is gone (a kill mid-write); loading never reads them.
+    remove_stale_temp_files(run_dir)
     if overrides:
         atomic_write_bytes(config_file, dump_yaml(cfg).encode())
     return cfg, run_dir, state
@@ -206,16 +235,31 @@ def _strip(d: dict) -> dict:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from embodied_ppo.signals import GracefulStop
+
+    # Installed before anything starts, so that even an early SIGINT / SIGTERM stops cleanly.
+    with GracefulStop() as stop:
+        return _train(args, stop)
+
+
+def _train(args: argparse.Namespace, stop: Any) -> int:
+    from embodied_ppo.signals import exit_code
     from embodied_ppo.trainer import Trainer
 
     if args.resume:
         overrides = ([args.config] if args.config else []) + args.overrides
         cfg, run_dir, state = _prepare_resume(args.resume, overrides)
-        if state["global_step"] >= cfg.trainer.total_steps:
-            print(f"{run_dir}: already trained to {state['global_step']:,} steps (trainer.total_steps={cfg.trainer.total_steps:,})")
+        if state is None:
+            print(f"{run_dir}: no checkpoint yet, starting the run from the beginning")
+        elif state["global_step"] >= cfg.trainer.total_steps:
+            print(
+                f"{run_dir}: already trained to {state['global_step']:,} steps (trainer.total_steps={cfg.trainer.total_steps:,})"
+            )
             return 0
         trainer = Trainer(cfg, run_dir, resume=state)
         print(f"resuming {run_dir} at step {trainer.global_step:,} (iteration {trainer.iteration})")
+        if trainer.resume_note:
+            print(f"  note: {trainer.resume_note}")
     else:
         if not args.config:
             raise UserError(
@@ -228,17 +272,24 @@ def cmd_train(args: argparse.Namespace) -> int:
             if created:
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
-        print(f"training {cfg.env.id} for {cfg.trainer.total_steps:,} steps on {trainer.device} -> {run_dir}")
-        print(f"  tensorboard --logdir {run_dir.parent}")
-    try:
-        summary = trainer.train()
-    except KeyboardInterrupt:
-        last = trainer.last_checkpoint or "no checkpoint yet"
         print(
-            f"\ninterrupted; last checkpoint: {last}; continue with `embodied-ppo train --resume {run_dir}`",
+            f"training {cfg.env.id} for {cfg.trainer.total_steps:,} steps on {trainer.device} -> {run_dir}"
+        )
+        print(f"  tensorboard --logdir {run_dir.parent}")
+    resume_hint = f"continue with `embodied-ppo train --resume {run_dir}`"
+    try:
+        summary = trainer.train(should_stop=stop)
+    except KeyboardInterrupt as exc:  # a second signal: stop at once
+        last = trainer.last_checkpoint or "no checkpoint yet"
+        print(f"\nstopped at once; last checkpoint: {last}; {resume_hint}", file=sys.stderr)
+        return exit_code(getattr(exc, "signum", signal.SIGINT))
+    if summary["stopped"]:
+        print(
+            f"stopped at step {trainer.global_step:,} (iteration {trainer.iteration}); "
+            f"checkpoint: {trainer.last_checkpoint}; {resume_hint}",
             file=sys.stderr,
         )
-        return 130
+        return stop.exit_code
     ret = summary.get("charts/episodic_return")
     print(
         f"done: {summary['global_step']:,} steps"
@@ -293,4 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as exc:
         print(f"embodied-ppo: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:  # Ctrl-C outside training (which handles it itself)
+        print("\nembodied-ppo: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(code)
