@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -38,11 +40,28 @@ def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (x - x.mean()) / (x.std(correction=0) + eps)
 
 
-def masked_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Standardize the entries where `mask` is 1 (population std); masked entries become 0."""
-    n = mask.sum().clamp(min=1.0)
-    mean = (x * mask).sum() / n
-    var = ((x - mean).square() * mask).sum() / n
+def masked_normalize(
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    eps: float = 1e-8,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Standardize the entries where `mask` is 1 (population std); masked entries become 0.
+
+    `reduce` sums a tensor over the ranks of a distributed run: the statistics are then those of
+    every rank's entries together.
+    """
+    if reduce is None:
+        n = mask.sum().clamp(min=1.0)
+        mean = (x * mask).sum() / n
+        var = ((x - mean).square() * mask).sum() / n
+    else:
+        x64, m64 = x.to(torch.float64), mask.to(torch.float64)
+        sums = reduce(torch.stack([m64.sum(), (x64 * m64).sum(), (x64.square() * m64).sum()]))
+        n = sums[0].clamp(min=1.0)
+        mean64 = sums[1] / n
+        var = (sums[2] / n - mean64.square()).clamp(min=0.0).to(x.dtype)
+        mean = mean64.to(x.dtype)
     return (x - mean) / (var.sqrt() + eps) * mask
 
 
@@ -82,6 +101,11 @@ def rloo(scores: torch.Tensor, group_size: int) -> torch.Tensor:
     return (g - baseline).reshape(-1)
 
 
-def reinforce_plus_plus(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+def reinforce_plus_plus(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Discounted return-to-go per step, whitened over all valid steps of the batch (T, N)."""
-    return masked_normalize(discounted_returns(rewards, mask, gamma), mask)
+    return masked_normalize(discounted_returns(rewards, mask, gamma), mask, reduce=reduce)

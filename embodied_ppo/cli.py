@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from embodied_ppo import distributed
 from embodied_ppo.errors import ConfigError, UserError
 
 # Keys that may change when a run resumes: they change when or how it runs, not what it learns.
@@ -218,9 +219,10 @@ def _prepare_resume(run_dir_arg: str, overrides: list[str]):
                 f"--resume {run_dir}: the latest checkpoint was not written by this run's config"
             )
     # Whoever wrote them is gone (a kill mid-write); loading never reads them.
-    remove_stale_temp_files(run_dir)
-    if overrides:
-        atomic_write_bytes(config_file, dump_yaml(cfg).encode())
+    if distributed.launch_rank() == 0:  # one writer in a distributed run
+        remove_stale_temp_files(run_dir)
+        if overrides:
+            atomic_write_bytes(config_file, dump_yaml(cfg).encode())
     return cfg, run_dir, state
 
 
@@ -242,6 +244,39 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _train(args, stop)
 
 
+def say(*args: Any, **kwargs: Any) -> None:
+    """print, on the first process of a distributed run only."""
+    if distributed.launch_rank() == 0:
+        print(*args, **kwargs)
+
+
+def _prepare_new_run_distributed(config_path: str, overrides: list[str]):
+    """Every process validates; process 0 creates the run directory and tells the others."""
+    from embodied_ppo.config import load_config
+
+    cfg = load_config(config_path, overrides)
+    distributed.init(cfg.trainer.device, cfg.trainer.dist_backend, cfg.trainer.dist_timeout)
+    outcome: tuple[str | None, str | None] = (None, None)
+    created = False
+    if distributed.is_main():
+        try:
+            cfg, run_dir, created = _prepare_new_run(config_path, overrides)
+            outcome = (str(run_dir), None)
+        except UserError as exc:
+            outcome = (None, str(exc))
+    run_dir_text, error = distributed.broadcast_object(outcome)
+    if error is not None:
+        if distributed.is_main():
+            raise ConfigError(error)
+        raise _Quiet(error)  # already reported by process 0
+    cfg.trainer.run_dir = run_dir_text
+    return cfg, Path(run_dir_text), created
+
+
+class _Quiet(UserError):
+    """An error another process has already printed."""
+
+
 def _train(args: argparse.Namespace, stop: Any) -> int:
     from embodied_ppo.signals import exit_code
     from embodied_ppo.trainer import Trainer
@@ -250,52 +285,56 @@ def _train(args: argparse.Namespace, stop: Any) -> int:
         overrides = ([args.config] if args.config else []) + args.overrides
         cfg, run_dir, state = _prepare_resume(args.resume, overrides)
         if state is None:
-            print(f"{run_dir}: no checkpoint yet, starting the run from the beginning")
+            say(f"{run_dir}: no checkpoint yet, starting the run from the beginning")
         elif state["global_step"] >= cfg.trainer.total_steps:
-            print(
+            say(
                 f"{run_dir}: already trained to {state['global_step']:,} steps (trainer.total_steps={cfg.trainer.total_steps:,})"
             )
             return 0
         trainer = Trainer(cfg, run_dir, resume=state)
-        print(f"resuming {run_dir} at step {trainer.global_step:,} (iteration {trainer.iteration})")
+        say(f"resuming {run_dir} at step {trainer.global_step:,} (iteration {trainer.iteration})")
         if trainer.resume_note:
-            print(f"  note: {trainer.resume_note}")
+            say(f"  note: {trainer.resume_note}")
     else:
         if not args.config:
             raise UserError(
                 "train: give a config file, e.g. `embodied-ppo train configs/cartpole.yaml`, or --resume RUN_DIR"
             )
-        cfg, run_dir, created = _prepare_new_run(args.config, args.overrides)
+        if distributed.launched_by_torchrun():
+            cfg, run_dir, created = _prepare_new_run_distributed(args.config, args.overrides)
+        else:
+            cfg, run_dir, created = _prepare_new_run(args.config, args.overrides)
         try:
             trainer = Trainer(cfg, run_dir)
         except BaseException:
             if created:
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
-        print(
+        say(
             f"training {cfg.env.id} for {cfg.trainer.total_steps:,} steps on {trainer.device} -> {run_dir}"
+            + (f" ({trainer.world} processes)" if trainer.world > 1 else "")
         )
-        print(f"  tensorboard --logdir {run_dir.parent}")
+        say(f"  tensorboard --logdir {run_dir.parent}")
     resume_hint = f"continue with `embodied-ppo train --resume {run_dir}`"
     try:
         summary = trainer.train(should_stop=stop)
     except KeyboardInterrupt as exc:  # a second signal: stop at once
         last = trainer.last_checkpoint or "no checkpoint yet"
-        print(f"\nstopped at once; last checkpoint: {last}; {resume_hint}", file=sys.stderr)
+        say(f"\nstopped at once; last checkpoint: {last}; {resume_hint}", file=sys.stderr)
         return exit_code(getattr(exc, "signum", signal.SIGINT))
     if summary["stopped"]:
-        print(
+        say(
             f"stopped at step {trainer.global_step:,} (iteration {trainer.iteration}); "
             f"checkpoint: {trainer.last_checkpoint}; {resume_hint}",
             file=sys.stderr,
         )
         return stop.exit_code
     ret = summary.get("charts/episodic_return")
-    print(
+    say(
         f"done: {summary['global_step']:,} steps"
         + (f", last mean episodic return {ret:.2f}" if ret is not None else "")
     )
-    print(f"checkpoint: {trainer.last_checkpoint}")
+    say(f"checkpoint: {trainer.last_checkpoint}")
     return 0
 
 
@@ -342,9 +381,13 @@ def main(argv: list[str] | None = None) -> None:
             args.command
         ](args)
     except UserError as exc:
-        print(f"embodied-ppo: error: {exc}", file=sys.stderr)
+        if not isinstance(exc, _Quiet):
+            prefix = f"rank {distributed.rank()}: " if distributed.rank() > 0 else ""
+            print(f"embodied-ppo: error: {prefix}{exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:  # Ctrl-C outside training (which handles it itself)
         print("\nembodied-ppo: interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        distributed.shutdown()
     sys.exit(code)

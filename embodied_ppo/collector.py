@@ -58,11 +58,17 @@ class Collector:
         device: torch.device,
         micro_batch: int | None = None,
         inference: str = "auto",
+        env_offset: int = 0,
+        total_envs: int | None = None,
     ) -> None:
         self.envs, self.policy, self.buffer = envs, policy, buffer
         self.reward_scaler, self.device = reward_scaler, device
         self.micro_batch = micro_batch or envs.num_envs
         self.inference = pick_inference(inference, policy, envs.num_envs)
+        # This process steps envs env_offset .. env_offset + N - 1 of total_envs (all ranks).
+        self.env_offset = env_offset
+        self.total_envs = total_envs or envs.num_envs
+        self.reduce = None  # sums over ranks for the reward statistics (set by the trainer)
         self.obs: torch.Tensor | None = None  # (N, obs_dim): on the host for host inference
         T, N, D = buffer.num_steps, envs.num_envs, buffer.obs.shape[-1]
         action_shape = tuple(buffer.actions.shape[2:])
@@ -123,13 +129,19 @@ class Collector:
 
     # ----------------------------------------------------------------------------- the rollout
     @torch.inference_mode()
-    def collect(self, episode_seeds: list[int] | None = None) -> RolloutStats:
+    def collect(
+        self, episode_seeds: list[int] | None = None, noise_seed: int | None = None
+    ) -> RolloutStats:
         """Run up to `buffer.num_steps` vector steps and fill every buffer field but advantages.
 
         Continuing mode (default): envs carry on across rollouts and every step counts. Episodic
         mode (`episode_seeds` given): every env is reset with its seed, runs one episode, and the
         steps after its end are masked out (`buf.mask`); collection stops once all have ended.
         Rewards are scaled once per rollout (RewardScaler.scale_rollout).
+
+        With `noise_seed`, the sampling noise of global env k at step t is a pure function of
+        (noise_seed, t, k): the same whatever the number of processes the envs are split over.
+        Without it, the noise comes from torch's global generator.
         """
         episodic = episode_seeds is not None
         if episodic:
@@ -142,9 +154,14 @@ class Collector:
         st["truncated"].fill(False)
         st["final_values"].fill(0.0)
         # All sampling noise of the rollout in one draw (torch RNG, on the host).
-        noise_t = self.policy.sample_noise(T * N, torch.device("cpu")).reshape(
-            T, N, *self._noise_shape
-        )
+        cpu = torch.device("cpu")
+        if noise_seed is None:
+            noise_t = self.policy.sample_noise(T * N, cpu).reshape(T, N, *self._noise_shape)
+        else:
+            gen = torch.Generator().manual_seed(noise_seed)
+            every = self.policy.sample_noise(T * self.total_envs, cpu, gen)
+            every = every.reshape(T, self.total_envs, *self._noise_shape)
+            noise_t = every[:, self.env_offset : self.env_offset + N].contiguous()
         host = HostPolicy(self.policy) if self.inference == "host" else None
         obs_np = self.obs.cpu().numpy()
         if host is not None:
@@ -200,7 +217,9 @@ class Collector:
         self.obs = self._tensor(obs_np.copy())  # the env may reuse its observation array
         self._to_buffer(torch.from_numpy(last))
         buf.rewards.copy_(
-            self.reward_scaler.scale_rollout(buf.rewards, buf.ends, buf.mask if episodic else None)
+            self.reward_scaler.scale_rollout(
+                buf.rewards, buf.ends, buf.mask if episodic else None, self.reduce
+            )
         )
         return stats
 

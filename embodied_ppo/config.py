@@ -31,6 +31,7 @@ class EnvConfig:
     backend: Literal["sync", "async", "envpool"] = "sync"
     kwargs: dict = field(default_factory=dict)
     max_episode_steps: int | None = None
+    num_envs_scope: Literal["per_process", "global"] = "per_process"
     normalize_obs: bool = True
     clip_obs: float | None = 10.0
     normalize_reward: bool = True
@@ -129,6 +130,8 @@ class TrainerConfig:
     torch_threads: int | None = None
     inference: Literal["auto", "host", "device"] = "auto"
     compile: bool = False
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    dist_timeout: float = 1800.0
     # Evaluation during training: deterministic episodes every eval_interval iterations (and
     # after the last); null turns it off. A video of the first episode every video_interval
     # evaluations (null: no videos).
@@ -406,6 +409,7 @@ def validate(cfg: Config) -> Config:
         bool(_DEVICE_RE.match(t.device)),
         f"trainer.device: got {t.device!r}, allowed: auto | cpu | cuda | cuda:N",
     )
+    _check(t.dist_timeout > 0, f"trainer.dist_timeout: got {t.dist_timeout}, expected seconds > 0")
     _check(
         t.inference != "host" or m.activation != "gelu",
         "trainer.inference: got 'host', which does not support model.activation 'gelu'; use auto or device",

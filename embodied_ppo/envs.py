@@ -53,15 +53,27 @@ def env_seeds(seed: int, num_envs: int, offset: int = 0, generation: int = 0) ->
     ]
 
 
-def group_seeds(seed: int, num_envs: int, group_size: int, rollout: int) -> list[int]:
+def group_seeds(
+    seed: int, num_envs: int, group_size: int, rollout: int, offset: int = 0
+) -> list[int]:
     """Reset seeds for episodic collection: the `group_size` envs of a group share one seed.
 
-    Every rollout gets fresh seeds, so groups start from new (but within a group, identical) states.
+    Every rollout gets fresh seeds, so groups start from new (but within a group, identical)
+    states. Envs are numbered globally from `offset` (distributed runs).
     """
     return [
-        int(np.random.SeedSequence(seed, spawn_key=(k // group_size, rollout, 1)).generate_state(1, np.uint32)[0])
-        for k in range(num_envs)
+        int(
+            np.random.SeedSequence(seed, spawn_key=(k // group_size, rollout, 1)).generate_state(
+                1, np.uint32
+            )[0]
+        )
+        for k in range(offset, offset + num_envs)
     ]
+
+
+def noise_seed(seed: int, rollout: int) -> int:
+    """Seed of the sampling noise of one rollout (shared by every process of a run)."""
+    return int(np.random.SeedSequence(seed, spawn_key=(rollout, 2)).generate_state(1, np.uint32)[0])
 
 
 def episode_limit(cfg: EnvConfig) -> int | None:
@@ -150,13 +162,16 @@ def _make_member(cfg: EnvConfig, index: int, main_pid: int) -> gym.Env:
     return TrackedEnv(_make_one(cfg), index)
 
 
-def make_env(cfg: EnvConfig, seed: int) -> VecEnv:
-    """The training vector env for `cfg.backend`: a VecEnv, or envpool's adapter (same interface)."""
+def make_env(cfg: EnvConfig, seed: int, env_offset: int = 0) -> VecEnv:
+    """The training vector env for `cfg.backend`: a VecEnv, or envpool's adapter (same interface).
+
+    `env_offset` is the global index of this process's first env (distributed runs).
+    """
     if cfg.backend == "envpool":
         from embodied_ppo.envpool_backend import EnvPoolVecEnv
 
-        return EnvPoolVecEnv(cfg, seed)  # type: ignore[return-value]
-    return VecEnv(cfg, seed)
+        return EnvPoolVecEnv(cfg, seed, env_offset)  # type: ignore[return-value]
+    return VecEnv(cfg, seed, env_offset)
 
 
 def space_info(cfg: EnvConfig) -> SpaceInfo:
@@ -220,9 +235,7 @@ class VecEnv:
         self.cfg = cfg
         self.num_envs = cfg.num_envs
         self.seeds = env_seeds(seed, cfg.num_envs, env_offset)
-        fns = [
-            functools.partial(_make_member, cfg, k, os.getpid()) for k in range(cfg.num_envs)
-        ]
+        fns = [functools.partial(_make_member, cfg, k, os.getpid()) for k in range(cfg.num_envs)]
         mode = {"autoreset_mode": AutoresetMode.SAME_STEP}
         if cfg.backend == "async":
             self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(fns, **mode)
@@ -257,7 +270,9 @@ class VecEnv:
         where = _Where(self.steps + 1, self.num_envs)
         try:
             # The warning filter is only needed (and only paid for) with worker processes.
-            with _quiet_worker_errors() if self.cfg.backend == "async" else contextlib.nullcontext():
+            with (
+                _quiet_worker_errors() if self.cfg.backend == "async" else contextlib.nullcontext()
+            ):
                 obs, reward, term, trunc, info = self.env.step(action)
         except Exception as exc:  # an env or a worker process failed
             raise self._failure(exc, where) from exc
@@ -284,7 +299,9 @@ class VecEnv:
         lens = self._ep_length[ended].tolist()
         self._ep_return[ended] = 0.0
         self._ep_length[ended] = 0
-        return StepResult(obs, reward, term, trunc, final_obs, rets, lens, np.flatnonzero(ended).tolist())
+        return StepResult(
+            obs, reward, term, trunc, final_obs, rets, lens, np.flatnonzero(ended).tolist()
+        )
 
     def sample_actions(self) -> np.ndarray:
         """Uniform random actions for every env (for benchmarks and smoke tests)."""
@@ -328,7 +345,9 @@ class VecEnv:
                 replies = self.env.call("embodied_ppo_get_state")
             except Exception as exc:
                 raise self._failure(exc, "while saving its state") from exc
-        reasons = [f"environment {i}: {r['reason']}" for i, r in enumerate(replies) if "reason" in r]
+        reasons = [
+            f"environment {i}: {r['reason']}" for i, r in enumerate(replies) if "reason" in r
+        ]
         return {
             "members": None if reasons else to_checkpoint([r["state"] for r in replies]),
             "not_captured": reasons[0] if reasons else None,

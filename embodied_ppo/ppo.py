@@ -3,10 +3,11 @@ KL loss against a frozen reference, early stopping and the KL-adaptive learning 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
+from embodied_ppo import distributed
 from embodied_ppo.buffer import minibatch_indices, sequence_minibatch_indices
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
 from embodied_ppo.losses import kl_estimate, ppo_loss
@@ -54,16 +55,28 @@ def adapt_learning_rate(lr: float, kl: float, optim: OptimConfig) -> float:
     return min(max(lr, optim.lr_min), optim.lr_max)
 
 
-def aggregation_weights(mask: torch.Tensor, mode: str, seq_len: int) -> torch.Tensor:
+def aggregation_weights(
+    mask: torch.Tensor,
+    mode: str,
+    seq_len: int,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Per-token weights (B,) for a minibatch so that sum(weights * x) is the `loss_agg_func`.
 
     For the seq-* modes the minibatch is whole sequences laid out back to back (seq_len each).
+    `reduce` sums the denominators over the ranks of a distributed run, so every rank weights
+    its tokens as one process holding all ranks' minibatches would.
     """
+
+    def total(x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.float32).reshape(1)
+        return (reduce(x) if reduce is not None else x)[0].clamp(min=1.0)
+
     if mode == "token-mean":
-        return mask / mask.sum().clamp(min=1.0)
+        return mask / total(mask.sum())
     seqs = mask.reshape(-1, seq_len)  # (S, T)
     lengths = seqs.sum(dim=1, keepdim=True)  # (S, 1)
-    num_seqs = (lengths > 0).sum().clamp(min=1)
+    num_seqs = total((lengths > 0).sum())
     if mode == "seq-mean-token-sum":
         return (seqs / num_seqs).reshape(-1)
     if mode == "seq-mean-token-mean":
@@ -96,6 +109,8 @@ class PPOUpdate:
         self.generator = generator  # CPU generator for minibatch shuffling
         self.reference = reference  # frozen policy for the KL loss
         self.params = [p for p in policy.parameters() if p.requires_grad]
+        # Sums over ranks in a distributed run (None in a single process).
+        self.reduce = distributed.all_reduce_sum if distributed.world_size() > 1 else None
         # On an accelerator, fused Adam skips a step on a device-side flag (found_inf), so a
         # non-finite step is dropped without a host sync and reported after the update. On the
         # CPU a sync is free: the update stops at the first non-finite step.
@@ -140,7 +155,9 @@ class PPOUpdate:
         stopped = False
         for epoch in range(a.update_epochs):
             for k, idx in enumerate(self._minibatches(size, num_steps, device)):
-                weights = aggregation_weights(batch["mask"][idx], a.loss_agg_func, num_steps)
+                weights = aggregation_weights(
+                    batch["mask"][idx], a.loss_agg_func, num_steps, self.reduce
+                )
                 self.optimizer.zero_grad(set_to_none=True)
                 mb: dict[str, torch.Tensor | float] = {}
                 mb_loss = torch.zeros((), device=device)
@@ -180,6 +197,13 @@ class PPOUpdate:
                         metrics["std"] = (dist.std.detach().mean(dim=-1) * w).sum()
                     for name, v in metrics.items():
                         mb[name] = mb.get(name, 0.0) + v
+                if self.reduce is not None:
+                    # Every rank's gradient, weighted with global denominators, sums to the
+                    # gradient of the whole batch; the loss too, so all ranks agree on a skip.
+                    distributed.all_reduce_grads(self.params)
+                    self.reduce(mb_loss)
+                    if a.early_stop_kl is not None or self.optim.schedule == "adaptive":
+                        self.reduce(mb["approx_kl"])
                 if a.early_stop_kl is not None and float(mb["approx_kl"]) > a.early_stop_kl:
                     # The policy already moved too far from the behaviour policy: drop this
                     # minibatch's gradient and end the update.
@@ -214,7 +238,17 @@ class PPOUpdate:
         out: dict[str, float] = {}
         if records:
             for name in records[0]:
-                out[name] = float(torch.stack([torch.as_tensor(r[name]) for r in records]).mean())
+                values = torch.stack([torch.as_tensor(r[name]) for r in records])
+                # Token metrics are weighted per rank: their sum over ranks is the global value.
+                # approx_kl was already summed for the step-size rules; the gradient norm is
+                # computed after the gradient all-reduce.
+                reduced = name == "grad_norm" or (
+                    name == "approx_kl"
+                    and (a.early_stop_kl is not None or self.optim.schedule == "adaptive")
+                )
+                if self.reduce is not None and not reduced:
+                    values = self.reduce(values.clone())
+                out[name] = float(values.mean())
         out["num_gradient_steps"] = float(len(records))
         out["early_stopped"] = float(stopped)
         return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied_ppo import __version__
+from embodied_ppo import __version__, distributed
 from embodied_ppo.advantages import (
     discounted_returns,
     episode_returns,
@@ -32,8 +33,15 @@ from embodied_ppo.advantages import (
 from embodied_ppo.buffer import RolloutBuffer
 from embodied_ppo.checkpoint import checkpoints_dir, load_checkpoint, save_checkpoint, trim_metrics
 from embodied_ppo.collector import Collector
-from embodied_ppo.config import CRITIC_FREE, Config
-from embodied_ppo.envs import SpaceInfo, check_episodic, env_seeds, group_seeds, make_env
+from embodied_ppo.config import CRITIC_FREE, Config, validate
+from embodied_ppo.envs import (
+    SpaceInfo,
+    check_episodic,
+    env_seeds,
+    group_seeds,
+    make_env,
+    noise_seed,
+)
 from embodied_ppo.errors import CheckpointError, ConfigError, TrainingError
 from embodied_ppo.losses import adaptive_kl_coef, explained_variance, kl_estimate
 from embodied_ppo.modules.actor_critic import ActorCritic
@@ -211,11 +219,15 @@ class Trainer:
         resume: dict[str, Any] | None = None,
         progress_stream: Any = None,
     ) -> None:
+        distributed.init(cfg.trainer.device, cfg.trainer.dist_backend, cfg.trainer.dist_timeout)
+        self.rank, self.world = distributed.rank(), distributed.world_size()
+        self.main = self.rank == 0  # the one process that writes logs, checkpoints and videos
+        cfg = self._per_process(cfg)
         self.cfg, self.run_dir = cfg, Path(run_dir)
         # name -> object with state_dict() / load_state_dict(): saved with every checkpoint and
         # restored on resume. Register in __init__ before the resume block (register_state).
         self.stateful: dict[str, Any] = {}
-        self.device = resolve_device(cfg.trainer.device)
+        self.device = distributed.local_device(resolve_device(cfg.trainer.device))
         if cfg.trainer.torch_threads is not None:
             torch.set_num_threads(cfg.trainer.torch_threads)
         elif self.device.type == "cpu":
@@ -227,11 +239,14 @@ class Trainer:
 
         # Built before the training envs: with videos it picks the headless GL backend first.
         self.evaluator = None
-        if cfg.trainer.eval_interval is not None:
+        if cfg.trainer.eval_interval is not None and self.main:
             from embodied_ppo.evaluate import PeriodicEvaluator
 
             self.evaluator = PeriodicEvaluator(cfg, self.run_dir)
-        self.envs = make_env(e, cfg.trainer.seed)
+        # This process steps global envs offset .. offset + N - 1 (env k is the same env whatever
+        # the number of processes).
+        self.env_offset = self.rank * e.num_envs
+        self.envs = make_env(e, cfg.trainer.seed, self.env_offset)
         self.info = self.envs.info
         self.policy = ActorCritic(model_spec(cfg, self.info)).to(self.device)
         gaussian = self.info.action_kind == "gaussian"
@@ -254,12 +269,19 @@ class Trainer:
             self.device,
             a.rollout_micro_batch_size,
             cfg.trainer.inference,
+            env_offset=self.env_offset,
+            total_envs=e.num_envs * self.world,
         )
+        self.reduce = distributed.all_reduce_sum if self.world > 1 else None
+        self.collector.reduce = self.reduce
         check_episodic(cfg)
         if cfg.model.init_from is not None:
             self._init_from(cfg.model.init_from)
+        distributed.broadcast_module(self.policy)  # one set of weights on every process
         self.reference = self._make_reference() if (a.use_kl_loss or a.use_kl_in_reward) else None
-        self.kl_coef = a.kl_ctrl.kl_coef  # in-reward KL coefficient (adapted when kl_ctrl.type is adaptive)
+        self.kl_coef = (
+            a.kl_ctrl.kl_coef
+        )  # in-reward KL coefficient (adapted when kl_ctrl.type is adaptive)
         self.optimizer = make_optimizer(self.policy, cfg.optim)
         self.shuffle = torch.Generator().manual_seed(cfg.trainer.seed)
         self.updater = PPOUpdate(
@@ -277,9 +299,13 @@ class Trainer:
         self.saved_iteration = -1  # the iteration the last checkpoint holds
         self.resume_note: str | None = None  # why a resume could not be exact, if it was not
         if resume is not None:
+            resume = self._local_view(resume)
             self._restore(resume)
         self._start_envs(resume)
-        self.progress = Progress(cfg.trainer.total_steps, progress_stream)
+        self.progress = Progress(
+            cfg.trainer.total_steps,
+            progress_stream if self.main else open(os.devnull, "w"),  # noqa: SIM115
+        )
 
     # ----------------------------------------------------------------------------------- loop
     def train(self, should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
@@ -292,13 +318,13 @@ class Trainer:
         cfg, a = self.cfg, self.cfg.algorithm
         total = cfg.trainer.total_steps
         episodic = a.adv_type in CRITIC_FREE
-        logger = MetricsLogger(self.run_dir, self.global_step)
+        logger = MetricsLogger(self.run_dir, self.global_step) if self.main else None
         start, start_step = time.perf_counter(), self.global_step
         scalars: dict[str, float] = {}
         stopped = False
         try:
             while self.global_step < total:
-                if should_stop is not None and should_stop():
+                if should_stop is not None and self._agree(should_stop()):
                     if self.saved_iteration != self.iteration:
                         self.save()
                     stopped = True
@@ -308,12 +334,20 @@ class Trainer:
 
                 t0 = time.perf_counter()
                 seeds = (
-                    group_seeds(cfg.trainer.seed, cfg.env.num_envs, a.group_size, self.iteration)
+                    group_seeds(
+                        cfg.trainer.seed,
+                        cfg.env.num_envs,
+                        a.group_size,
+                        self.iteration,
+                        self.env_offset,
+                    )
                     if episodic
                     else None
                 )
                 try:
-                    stats = self.collector.collect(seeds)
+                    stats = self.collector.collect(
+                        seeds, noise_seed(cfg.trainer.seed, self.iteration)
+                    )
                 except TrainingError as exc:  # an env failed or returned NaN/Inf
                     raise TrainingError(
                         f"iteration {self.iteration}: {exc}; last good checkpoint: {self._last_good()}"
@@ -336,6 +370,8 @@ class Trainer:
                 self._merge_obs_statistics()
                 t2 = time.perf_counter()
 
+                if self.world > 1:
+                    stats = self._gather_stats(stats)
                 self.global_step += stats.steps
                 self.iteration += 1
                 self.recent_returns.extend(stats.episode_returns)
@@ -350,7 +386,9 @@ class Trainer:
                 )
                 if evaluated:
                     scalars.update(self.evaluator.evaluate(self, num_iterations, logger.writer))
-                if self.iteration % cfg.trainer.log_interval == 0 or final or evaluated:
+                if logger is not None and (
+                    self.iteration % cfg.trainer.log_interval == 0 or final or evaluated
+                ):
                     logger.log(
                         self.global_step, self.iteration, time.perf_counter() - start, scalars
                     )
@@ -358,7 +396,8 @@ class Trainer:
                     self.save()
                 self.progress.update(self.global_step, sps, self.mean_recent_return(), final=final)
         finally:
-            logger.close()
+            if logger is not None:
+                logger.close()
             self.envs.close()
             if self.evaluator is not None:
                 self.evaluator.close()
@@ -368,6 +407,36 @@ class Trainer:
             "stopped": stopped,
             **scalars,
         }
+
+    def _per_process(self, cfg: Config) -> Config:
+        """The config one process runs: env.num_envs_scope global splits num_envs over ranks."""
+        if cfg.env.num_envs_scope != "global" or self.world == 1:
+            return cfg
+        e = cfg.env
+        if e.num_envs % self.world:
+            raise ConfigError(
+                f"env.num_envs: got {e.num_envs} with num_envs_scope global, expected a multiple "
+                f"of the {self.world} processes"
+            )
+        local = copy.deepcopy(cfg)
+        local.env.num_envs = e.num_envs // self.world
+        return validate(local)
+
+    def _agree(self, flag: bool) -> bool:
+        """True on every process as soon as one process says so (graceful stop in lockstep)."""
+        if self.world == 1:
+            return flag
+        return bool(distributed.sum_scalars(float(flag))[0] > 0)
+
+    def _gather_stats(self, stats: Any) -> Any:
+        """Every process's finished episodes and steps, on every process."""
+        parts = distributed.gather_objects(
+            (stats.episode_returns, stats.episode_lengths, stats.steps)
+        )
+        stats.episode_returns = [r for p in parts for r in p[0]]
+        stats.episode_lengths = [n for p in parts for n in p[1]]
+        stats.steps = sum(p[2] for p in parts)
+        return stats
 
     def _merge_obs_statistics(self) -> None:
         """Merge this rollout's observations into the policy's normalizer (Rule 2).
@@ -379,27 +448,42 @@ class Trainer:
         if norm.enabled:
             buf = self.buffer
             obs = buf.obs.reshape(buf.size, -1)
-            norm.update(obs if bool(buf.mask.all()) else obs[buf.mask.reshape(-1).bool()])
+            norm.update(
+                obs if bool(buf.mask.all()) else obs[buf.mask.reshape(-1).bool()], self.reduce
+            )
 
     def _advantages(self) -> None:
         """Fill buffer.advantages and buffer.returns with the configured estimator."""
         a, buf = self.cfg.algorithm, self.buffer
         if a.adv_type == "gae":
             adv, ret = gae(
-                buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends, a.gamma, a.gae_lambda
+                buf.rewards,
+                buf.values,
+                buf.next_values,
+                buf.terminated,
+                buf.ends,
+                a.gamma,
+                a.gae_lambda,
             )
         else:
             # Critic-free estimators on episodic rollouts; returns-to-go are the value targets
             # when loss_type is actor_critic.
             ret = discounted_returns(buf.rewards, buf.mask, a.gamma)
             if a.adv_type == "reinforce_plus_plus":
-                adv = reinforce_plus_plus(buf.rewards, buf.mask, a.gamma)
+                adv = reinforce_plus_plus(buf.rewards, buf.mask, a.gamma, self.reduce)
             else:
                 scores = episode_returns(buf.rewards, buf.mask)  # (N,)
-                per_env = grpo(scores, a.group_size) if a.adv_type == "grpo" else rloo(scores, a.group_size)
+                per_env = (
+                    grpo(scores, a.group_size)
+                    if a.adv_type == "grpo"
+                    else rloo(scores, a.group_size)
+                )
                 adv = per_env.unsqueeze(0) * buf.mask  # broadcast over each episode's steps
         buf.returns.copy_(ret)
-        buf.advantages.copy_(masked_normalize(adv, buf.mask) if a.normalize_advantages else adv)
+        # Over the whole batch: every process's transitions together (Rule 7).
+        buf.advantages.copy_(
+            masked_normalize(adv, buf.mask, reduce=self.reduce) if a.normalize_advantages else adv
+        )
 
     def _chunks(self, size: int) -> list[slice]:
         chunk = self.cfg.algorithm.logprob_forward_micro_batch_size or size
@@ -416,22 +500,36 @@ class Trainer:
             ref_dist, _ = self.reference(obs[sl])
             dist = self.policy(obs[sl])[0] if a.kl_penalty == "full" else None
             parts.append(
-                kl_estimate(a.kl_penalty, batch["logprobs"][sl], ref_dist.log_prob(actions[sl]), dist, ref_dist)
+                kl_estimate(
+                    a.kl_penalty,
+                    batch["logprobs"][sl],
+                    ref_dist.log_prob(actions[sl]),
+                    dist,
+                    ref_dist,
+                )
             )
         kl = torch.cat(parts).reshape(buf.rewards.shape)  # (T, N)
         coef = self.kl_coef
         buf.rewards.sub_(coef * kl)
-        n = buf.mask.sum()
-        mean_kl = float((kl * buf.mask).sum() / n)
+        n, kl_sum = buf.mask.sum(), (kl * buf.mask).sum()
+        if self.reduce is not None:  # the mean over every process's transitions
+            n, kl_sum = distributed.sum_scalars(n, kl_sum, device=kl.device)
+        mean_kl = float(kl_sum / n)
         if a.kl_ctrl.type == "adaptive":
-            self.kl_coef = adaptive_kl_coef(coef, mean_kl, a.kl_ctrl.target_kl, int(n), a.kl_ctrl.horizon)
+            self.kl_coef = adaptive_kl_coef(
+                coef, mean_kl, a.kl_ctrl.target_kl, int(n), a.kl_ctrl.horizon
+            )
         return {"charts/kl_in_reward": mean_kl, "charts/kl_coef": coef}
 
     def _init_from(self, path: str) -> None:
         """Start from a saved policy's weights and normalizer (fine-tuning)."""
         state = load_checkpoint(path, map_location=self.device)
         spec = state.get("model_spec", {})
-        diff = sorted(k for k in set(spec) | set(self.policy.spec) if k != "env_id" and spec.get(k) != self.policy.spec.get(k))
+        diff = sorted(
+            k
+            for k in set(spec) | set(self.policy.spec)
+            if k != "env_id" and spec.get(k) != self.policy.spec.get(k)
+        )
         if diff:
             raise CheckpointError(
                 f"model.init_from: {path} has a different {', '.join(diff)} than this config's policy"
@@ -527,16 +625,51 @@ class Trainer:
         self.stateful[name] = obj
 
     def save(self) -> Path:
-        try:
-            path = save_checkpoint(self.run_dir, self.state(), self.global_step)
-        except OSError as exc:  # disk full, permissions: stop rather than train unprotected
-            raise TrainingError(
-                f"iteration {self.iteration}: cannot write a checkpoint to "
-                f"{checkpoints_dir(self.run_dir)} ({exc.strerror or exc}); "
-                f"last good checkpoint: {self._last_good()}"
-            ) from None
-        self.last_checkpoint, self.saved_iteration = path, self.iteration
-        return path
+        state = self.state()
+        if self.world > 1:
+            # What differs between processes travels per rank; process 0 writes the file.
+            local = {key: state[key] for key in self._PER_RANK}
+            state["ranks"] = distributed.gather_objects(local)
+            state["world_size"] = self.world
+        error = None
+        if self.main:
+            try:
+                path = save_checkpoint(self.run_dir, state, self.global_step)
+            except OSError as exc:  # disk full, permissions: stop rather than train unprotected
+                error = (
+                    f"iteration {self.iteration}: cannot write a checkpoint to "
+                    f"{checkpoints_dir(self.run_dir)} ({exc.strerror or exc}); "
+                    f"last good checkpoint: {self._last_good()}"
+                )
+                path = None
+        else:
+            path = None
+        path, error = distributed.broadcast_object((str(path) if path else None, error))
+        if error is not None:
+            raise TrainingError(error)
+        self.last_checkpoint, self.saved_iteration = Path(path), self.iteration
+        return self.last_checkpoint
+
+    # Entries of a checkpoint that belong to one process of a distributed run.
+    _PER_RANK = ("envs", "collector_obs", "rng", "reward_scaler")
+
+    def _local_view(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The checkpoint as this process should read it (its own envs, RNG and reward returns)."""
+        ranks = state.get("ranks")
+        saved_world = int(state.get("world_size", 1))
+        if ranks is None and saved_world == self.world:
+            return state
+        view = dict(state)
+        if ranks is not None and saved_world == self.world:
+            view.update(ranks[self.rank])
+            return view
+        # Another number of processes: weights, optimizer and statistics carry over; the envs
+        # start fresh, deterministic episodes (their states belong to another split).
+        view["envs"] = view["collector_obs"] = None
+        self.resume_note = (
+            f"the checkpoint was written by {saved_world} process(es), this run has {self.world}"
+        )
+        return view
 
     def _last_good(self) -> str:
         return str(self.last_checkpoint) if self.last_checkpoint else "none written yet"
@@ -556,7 +689,7 @@ class Trainer:
         saved = resume.get("envs")
         obs = resume.get("collector_obs")
         if saved is None or obs is None:
-            reason = "the checkpoint holds no environment state"
+            reason = self.resume_note or "the checkpoint holds no environment state"
         else:
             reason = self.envs.set_state(saved)
             if reason is None:

@@ -86,10 +86,12 @@ class ActorCritic(nn.Module):
         actor, critic = self._features(obs)
         return self._dist(actor), self.value_head(critic).squeeze(-1)
 
-    def sample_noise(self, batch: int, device: torch.device) -> torch.Tensor:
-        """Noise for `act` drawn for a whole batch at once, so chunking never changes samples."""
+    def sample_noise(
+        self, batch: int, device: torch.device, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Noise for `act`, drawn for a whole batch at once so chunking never changes samples."""
         dist_cls = DiagGaussian if self.is_gaussian else Categorical
-        return dist_cls.noise(batch, int(self.spec["action_dim"]), device)
+        return dist_cls.noise(batch, int(self.spec["action_dim"]), device, generator)
 
     def act(
         self, obs: torch.Tensor, noise: torch.Tensor | None = None, deterministic: bool = False

@@ -21,9 +21,11 @@ class DiagGaussian:
         return self.log_std.exp()
 
     @staticmethod
-    def noise(batch: int, dim: int, device: torch.device) -> torch.Tensor:
+    def noise(
+        batch: int, dim: int, device: torch.device, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Standard normal noise (B, A) for `sample`."""
-        return torch.randn(batch, dim, device=device)
+        return torch.randn(batch, dim, device=device, generator=generator)
 
     def sample(self, noise: torch.Tensor | None = None) -> torch.Tensor:
         """Reparameterized sample mean + std * noise; noise drawn here when not given."""
@@ -59,9 +61,11 @@ class Categorical:
         return self.logits.exp()
 
     @staticmethod
-    def noise(batch: int, dim: int, device: torch.device) -> torch.Tensor:
+    def noise(
+        batch: int, dim: int, device: torch.device, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Uniform noise (B,) for `sample`."""
-        return torch.rand(batch, device=device)
+        return torch.rand(batch, device=device, generator=generator)
 
     def sample(self, noise: torch.Tensor | None = None) -> torch.Tensor:
         """Inverse-CDF sample from uniform `noise` (B,); noise drawn here when not given."""

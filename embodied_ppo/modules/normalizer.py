@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -20,9 +22,28 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        """Merge the rows of `x` (B, *shape) into the statistics."""
+    def update(
+        self, x: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> None:
+        """Merge the rows of `x` (B, *shape) into the statistics.
+
+        `reduce` sums a tensor over the processes of a distributed run, so that every rank merges
+        the statistics of all ranks' rows (from the count, sum and sum of squares, in float64).
+        """
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
+        if reduce is not None:
+            n = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
+            packed = reduce(
+                torch.cat([n, x.sum(dim=0).reshape(-1), x.square().sum(dim=0).reshape(-1)])
+            )
+            count = packed[0]
+            if count.item() == 0:
+                return
+            size = self.mean.numel()
+            mean = (packed[1 : 1 + size] / count).reshape(self.mean.shape)
+            var = (packed[1 + size :] / count).reshape(self.mean.shape) - mean.square()
+            self.merge(mean, var.clamp(min=0.0), count)
+            return
         n = x.shape[0]
         if n == 0:
             return
@@ -121,7 +142,11 @@ class RewardScaler(nn.Module):
 
     @torch.no_grad()
     def scale_rollout(
-        self, rewards: torch.Tensor, ends: torch.Tensor, mask: torch.Tensor | None = None
+        self,
+        rewards: torch.Tensor,
+        ends: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Scale raw rewards (T, N) of a rollout whose episodes end where `ends` (T, N) is set.
 
@@ -137,7 +162,7 @@ class RewardScaler(nn.Module):
                 returns[t] = acc
                 acc = acc * keep[t]
             self.returns.copy_(acc)
-            self.stats.update(returns if mask is None else returns[mask.bool()])
+            self.stats.update(returns if mask is None else returns[mask.bool()], reduce)
             rewards = rewards / torch.sqrt(self.stats.var + self.eps).to(rewards.dtype)
         if self.clip is not None:
             rewards = rewards.clamp(-self.clip, self.clip)

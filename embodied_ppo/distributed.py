@@ -1,0 +1,159 @@
+"""torch.distributed glue: one learner per rank, reductions that make N ranks one learner.
+
+Started by `torchrun` (which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). Every
+function here is a no-op in a single process, so the training code calls them unconditionally.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from embodied_ppo.errors import TrainingError, UserError
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def launch_rank() -> int:
+    """This process's rank as torchrun announced it (before the group is joined)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def local_device(device: torch.device) -> torch.device:
+    """Each rank's own GPU (LOCAL_RANK) when training on cuda."""
+    if device.type == "cuda" and device.index is None and is_initialized():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def init(device_name: str, backend: str = "auto", timeout_s: float = 600.0) -> None:
+    """Join the process group torchrun set up (nccl for cuda, gloo for cpu unless overridden)."""
+    if not launched_by_torchrun() or is_initialized():
+        return
+    if not dist.is_available():
+        raise UserError("torch.distributed is not available in this torch build")
+    wants_cuda = device_name.startswith("cuda") or (
+        device_name == "auto" and torch.cuda.is_available()
+    )
+    if backend == "auto":
+        backend = "nccl" if wants_cuda else "gloo"
+    if wants_cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    except Exception as exc:  # rendezvous failures: say what and where, in one line
+        raise UserError(
+            f"could not join the torch.distributed group ({backend}): {str(exc).splitlines()[0]}"
+        ) from None
+
+
+def shutdown() -> None:
+    if is_initialized():
+        dist.destroy_process_group()
+
+
+def _guard(what: str):
+    """Turn a collective's timeout or a dead peer into a TrainingError with a clear message."""
+
+    class _Ctx:
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+            if exc is not None and isinstance(exc, RuntimeError | dist.DistBackendError):
+                line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise TrainingError(
+                    f"rank {rank()}: {what} failed: another rank died, hangs or timed out "
+                    f"(trainer.dist_timeout) ({line[:200]})"
+                ) from None
+            return False
+
+    return _Ctx()
+
+
+def all_reduce_sum(tensor: torch.Tensor, what: str = "all-reduce") -> torch.Tensor:
+    """Sum `tensor` over ranks, in place; returned for chaining."""
+    if is_initialized():
+        with _guard(what):
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def sum_scalars(
+    *values: torch.Tensor | float, device: torch.device | None = None
+) -> list[torch.Tensor]:
+    """Sum several scalars over ranks in one collective."""
+    packed = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in values])
+    all_reduce_sum(packed, "a statistics all-reduce")
+    return list(packed.unbind())
+
+
+def all_reduce_grads(params: list[torch.nn.Parameter]) -> None:
+    """Sum gradients over ranks (the losses are already weighted with global denominators)."""
+    if not is_initialized():
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    all_reduce_sum(flat, "the gradient all-reduce")
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset : offset + n].view_as(g))
+        offset += n
+
+
+def broadcast_module(module: torch.nn.Module) -> None:
+    """Give every rank rank 0's parameters and buffers."""
+    if not is_initialized():
+        return
+    with _guard("the parameter broadcast"):
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(t.data, src=0)
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank."""
+    if not is_initialized():
+        return obj
+    box = [obj]
+    with _guard("an object broadcast"):
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not is_initialized():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    with _guard("an object all-gather"):
+        dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    if is_initialized():
+        with _guard("a barrier"):
+            dist.barrier()
