@@ -110,12 +110,16 @@ def sum_scalars(
     return list(packed.unbind())
 
 
-def all_reduce_grads(params: list[torch.nn.Parameter]) -> None:
-    """Sum gradients over ranks (the losses are already weighted with global denominators)."""
+def all_reduce_grads(params: list[torch.nn.Parameter], *extra: torch.Tensor) -> None:
+    """Sum gradients (and the scalars `extra`, in place) over ranks in one collective.
+
+    The losses are already weighted with global denominators, so the sum is the gradient of
+    the whole batch of all ranks.
+    """
     if not is_initialized():
         return
-    grads = [p.grad for p in params if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    grads = [p.grad for p in params if p.grad is not None] + list(extra)
+    flat = torch.cat([g.reshape(-1).to(torch.float32) for g in grads])
     all_reduce_sum(flat, "the gradient all-reduce")
     offset = 0
     for g in grads:

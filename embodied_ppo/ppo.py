@@ -200,8 +200,7 @@ class PPOUpdate:
                 if self.reduce is not None:
                     # Every rank's gradient, weighted with global denominators, sums to the
                     # gradient of the whole batch; the loss too, so all ranks agree on a skip.
-                    distributed.all_reduce_grads(self.params)
-                    self.reduce(mb_loss)
+                    distributed.all_reduce_grads(self.params, mb_loss)
                     if a.early_stop_kl is not None or self.optim.schedule == "adaptive":
                         self.reduce(mb["approx_kl"])
                 if a.early_stop_kl is not None and float(mb["approx_kl"]) > a.early_stop_kl:
