@@ -232,7 +232,6 @@ class EnvPoolVecEnv:
         if self.info.action_kind == "gaussian":
             self._low = np.asarray(self.info.action_low, dtype=np.float32)
             self._high = np.asarray(self.info.action_high, dtype=np.float32)
-        self._ids = np.arange(self.num_envs, dtype=np.int32)
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self.steps = 0  # vector steps taken in this run (restored on resume); for error messages
@@ -260,7 +259,9 @@ class EnvPoolVecEnv:
             self._pool.observation_space, self._pool.action_space  # noqa: B018
         self._pool_seeds, self._fresh = list(seeds), True
 
-    def _where(self, step: int) -> str:
+    def _where(self, ahead: int = 1) -> str:
+        """The step being taken (`ahead` 1) or just taken (0), for error messages only."""
+        step = self.steps + ahead
         return f"at step {step} (global step {step * self.num_envs:,})"
 
     def reset(self, seeds: list[int] | None = None) -> np.ndarray:
@@ -273,39 +274,38 @@ class EnvPoolVecEnv:
         except Exception as exc:
             raise TrainingError(f"environment reset failed ({type(exc).__name__}: {exc})") from exc
         self._fresh = False
-        obs = self._ordered(np.array(obs, dtype=np.float32), info["env_id"])
+        obs = self._by_env(obs, info["env_id"], np.float32)
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
-        return self._check_obs(obs, "on reset")
+        return self._check_obs(obs, None)
 
-    def _ordered(self, array: np.ndarray, env_id: np.ndarray) -> np.ndarray:
-        """Rows by env index (a sync pool already returns them in order; this guards it)."""
-        if np.array_equal(env_id, self._ids[: len(env_id)]):
-            return array
-        return array[np.argsort(env_id)]
+    def _by_env(self, array: np.ndarray, env_id: np.ndarray, dtype: type) -> np.ndarray:
+        """A copy of the pool's `array` with row k for env k (a sync pool keeps that order anyway)."""
+        out = np.empty((self.num_envs, *np.shape(array)[1:]), dtype=dtype)
+        out[env_id] = array
+        return out
 
     def step(self, action: np.ndarray) -> StepResult:
         """Step with `action` (N, A) float or (N,) int; Box actions are clipped to the bounds here."""
         if self.info.action_kind == "gaussian":
             action = np.clip(action, self._low, self._high)
-        where = self._where(self.steps + 1)
         try:
             obs, reward, term, trunc, info = self._pool.step(np.asarray(action))
         except Exception as exc:
             raise TrainingError(
-                f"environment step failed ({type(exc).__name__}: {exc}) {where}"
+                f"environment step failed ({type(exc).__name__}: {exc}) {self._where()}"
             ) from exc
+        # Copies: the rows of ended envs get their reset observations below.
         order = info["env_id"]
-        # Copies: the rows of ended envs are replaced by their reset observations below.
-        obs = self._ordered(np.array(obs, dtype=np.float32), order)
-        reward = self._ordered(np.asarray(reward, dtype=np.float32), order)
-        term = self._ordered(np.array(term, dtype=bool), order)
-        trunc = self._ordered(np.array(trunc, dtype=bool), order)
-        self._check_obs(obs, where)  # where an episode ended, this is its final observation
+        obs = self._by_env(obs, order, np.float32)
+        reward = self._by_env(reward, order, np.float32)
+        term = self._by_env(term, order, bool)
+        trunc = self._by_env(trunc, order, bool)
+        self._check_obs(obs)  # where an episode ended, this row is its final observation
         if not np.isfinite(reward).all():
             bad = int(np.flatnonzero(~np.isfinite(reward))[0])
             raise TrainingError(
-                f"environment {bad} returned a non-finite reward {reward[bad]} {where}"
+                f"environment {bad} returned a non-finite reward {reward[bad]} {self._where()}"
             )
         self.steps += 1
         self._ep_return += reward
@@ -321,11 +321,10 @@ class EnvPoolVecEnv:
                 reset_obs, reset_info = self._pool.reset(ids)
             except Exception as exc:
                 raise TrainingError(
-                    f"environment reset failed ({type(exc).__name__}: {exc}) {where}"
+                    f"environment reset failed ({type(exc).__name__}: {exc}) {self._where(0)}"
                 ) from exc
-            rows = np.asarray(reset_info["env_id"])
-            obs[rows] = np.asarray(reset_obs, dtype=np.float32)
-            self._check_obs(obs, where)
+            obs[reset_info["env_id"]] = reset_obs
+            self._check_obs(obs, ahead=0)
         rets = self._ep_return[ended].tolist()
         lens = self._ep_length[ended].tolist()
         self._ep_return[ended] = 0.0
@@ -338,10 +337,14 @@ class EnvPoolVecEnv:
         """Uniform random actions for every env (for benchmarks and smoke tests)."""
         return self.action_space.sample()
 
-    @staticmethod
-    def _check_obs(obs: np.ndarray, where: str) -> np.ndarray:
+    def _check_obs(self, obs: np.ndarray, ahead: int | None = 1) -> np.ndarray:
+        """Raise TrainingError naming the first env with a non-finite observation.
+
+        `ahead` says which step to name (see `_where`); None: the observations of a reset.
+        """
         if not np.isfinite(obs).all():
             bad = int(np.flatnonzero(~np.isfinite(obs).all(axis=-1))[0])
+            where = "on reset" if ahead is None else self._where(ahead)
             raise TrainingError(f"environment {bad} returned a non-finite observation {where}")
         return obs
 
