@@ -275,7 +275,8 @@ def main() -> int:
             if last_step >= 0 and step is None:
                 problems.append(f"kill {kills}: latest.pt disappeared")
             last_step = step if step is not None else last_step
-            rows.append((str(kills), f"{kind} ({after:.1f} s)", str(step), ", ".join(stale) or "-"))
+            shown = "none yet" if step is None else str(step)
+            rows.append((str(kills), f"{kind} ({after:.1f} s)", shown, ", ".join(stale) or "-"))
             print(f"kill {kills}: {rows[-1][1]}; latest.pt at step {step}; "
                   f"temp files: {rows[-1][3]}", flush=True)  # fmt: skip
     finally:
