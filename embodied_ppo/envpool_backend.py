@@ -30,6 +30,8 @@ Tasks must be provided by both envpool and Gymnasium, with the same spaces: eval
 from __future__ import annotations
 
 import difflib
+import inspect
+import math
 import os
 import warnings
 from dataclasses import dataclass, replace
@@ -97,9 +99,63 @@ def _type_ok(value: Any, default: Any) -> bool:
     return isinstance(value, type(default))
 
 
+def _gym_params(env_id: str) -> set[str] | None:
+    """The named arguments of the Gymnasium env class behind `env_id` (None: unknown)."""
+    from gymnasium.envs.registration import load_env_creator
+
+    entry = gym.spec(env_id).entry_point
+    try:
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        params = inspect.signature(creator).parameters.values()
+    except (ValueError, TypeError, ImportError, AttributeError):
+        return None
+    return {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+
+
+def _map_range(cfg: EnvConfig, key: str, value: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Gymnasium's `<name>_range: [low, high]` as envpool's `<name>_min` / `<name>_max`.
+
+    A bound envpool has no argument for must be the unbounded one (-.inf or .inf).
+    """
+    path = f"env.kwargs.{key}"
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
+        raise ConfigError(f"{path}: got {value!r}, expected [low, high]")
+    base = key.removesuffix("_range")
+    mapped = {}
+    for name, bound, unbounded in (
+        (f"{base}_min", value[0], -math.inf),
+        (f"{base}_max", value[1], math.inf),
+    ):
+        if name in defaults:
+            mapped[name] = float(bound)
+        elif bound != unbounded:
+            raise ConfigError(
+                f"{path}: got {value!r}, but envpool's {cfg.id} has no {name}, so that bound "
+                f"must be {'-.inf' if unbounded < 0 else '.inf'} (use env.backend sync or async)"
+            )
+    return mapped
+
+
 def _check_kwargs(cfg: EnvConfig, defaults: dict[str, Any]) -> dict[str, Any]:
-    """Every `env.kwargs` key as an envpool task argument of the right type, or a ConfigError."""
-    task_keys = sorted(k for k in defaults if k not in _POOL_KEYS and k not in _DIFFERENT_MEANING)
+    """`env.kwargs` as envpool task arguments of the right type, or a ConfigError.
+
+    Keys go to envpool unchanged, except Gymnasium's `<name>_range` pairs, which envpool takes
+    as `<name>_min` and `<name>_max`.
+    """
+    task_keys = [k for k in defaults if k not in _POOL_KEYS and k not in _DIFFERENT_MEANING]
+    gym_params = _gym_params(cfg.id)
+    if gym_params is not None:  # list what both backends take
+        task_keys = [k for k in task_keys if k in gym_params] + [
+            f"{k.removesuffix('_min')}_range"
+            for k in task_keys
+            if k.endswith("_min") and f"{k.removesuffix('_min')}_range" in gym_params
+        ]
+    takes = ", ".join(sorted(task_keys)) or "none"
+    make_kwargs: dict[str, Any] = {}
     for key, value in cfg.kwargs.items():
         path = f"env.kwargs.{key}"
         if key == "max_episode_steps":
@@ -114,19 +170,24 @@ def _check_kwargs(cfg: EnvConfig, defaults: dict[str, Any]) -> dict[str, Any]:
                 f"{path}: an envpool pool setting, not a task argument; embodied-ppo sets it "
                 "(env.num_envs, trainer.seed, threads = available cores)"
             )
+        base = key.removesuffix("_range")
+        if key.endswith("_range") and ({f"{base}_min", f"{base}_max"} & defaults.keys()):
+            make_kwargs.update(_map_range(cfg, key, value, defaults))
+            continue
         if key not in defaults:
             close = difflib.get_close_matches(key, task_keys, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(
-                f"{path}: envpool's {cfg.id} has no such argument; {hint}it takes: "
-                f"{', '.join(task_keys) or 'none'} (or use env.backend sync or async)"
+                f"{path}: envpool's {cfg.id} has no such argument; {hint}with env.backend "
+                f"envpool it takes: {takes} (or use env.backend sync or async)"
             )
         if not _type_ok(value, defaults[key]):
             raise ConfigError(
                 f"{path}: got {value!r}, expected a {type(defaults[key]).__name__} "
                 f"(envpool's default is {defaults[key]!r})"
             )
-    return dict(cfg.kwargs)
+        make_kwargs[key] = value
+    return make_kwargs
 
 
 def _spec_space_info(spec: Any, env_id: str) -> SpaceInfo:
@@ -169,6 +230,12 @@ def plan(cfg: EnvConfig) -> _Plan:
         defaults = envpool.make_spec(cfg.id).config._asdict()
     make_kwargs = _check_kwargs(cfg, defaults)
     try:
+        gym_info = space_info(replace(cfg, backend="sync"))
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc} (env.backend envpool: evaluation runs the Gymnasium task with the same env.kwargs)"
+        ) from None
+    try:
         spec = envpool.make_spec(cfg.id, **make_kwargs)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -176,12 +243,6 @@ def plan(cfg: EnvConfig) -> _Plan:
             f"env.kwargs: envpool's {cfg.id} rejected {cfg.kwargs}: {first}"
         ) from None
     info = _spec_space_info(spec, cfg.id)
-    try:
-        gym_info = space_info(replace(cfg, backend="sync"))
-    except ConfigError as exc:
-        raise ConfigError(
-            f"{exc} (env.backend envpool: evaluation runs the Gymnasium task with the same env.kwargs)"
-        ) from None
     if not _same_spaces(info, gym_info):
         raise ConfigError(
             f"env.id: envpool's {cfg.id} has other spaces than Gymnasium's (observations "

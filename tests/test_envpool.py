@@ -24,11 +24,11 @@ def envpool():
     return pytest.importorskip("envpool")
 
 
-def hopper(backend: str, num_envs: int = 2, max_episode_steps: int | None = None):
+def hopper(backend: str, num_envs: int = 2, max_episode_steps: int | None = None, **kwargs):
     env = {
         "num_envs": num_envs,
         "backend": backend,
-        "kwargs": {"reset_noise_scale": 0.0},
+        "kwargs": {"reset_noise_scale": 0.0, **kwargs},
         "max_episode_steps": max_episode_steps,
     }
     return tiny_config("Hopper-v5", env=env).env
@@ -71,9 +71,11 @@ def test_missing_envpool_is_a_one_line_config_error(monkeypatch):
             r"env.kwargs.ctrl_cost_weigth: .*did you mean 'ctrl_cost_weight'",
         ),
         (
-            {"kwargs": {"healthy_z_range": [0.7, 2.0]}},
-            "env.kwargs.healthy_z_range: envpool's Hopper-v5 has no such argument",
+            {"kwargs": {"healthy_z_rang": [0.7, 2.0]}},
+            r"env.kwargs.healthy_z_rang: envpool's Hopper-v5 has no such argument; "
+            "did you mean 'healthy_z_range'",
         ),
+        ({"kwargs": {"frame_stack": 2}}, "evaluation runs the Gymnasium task"),
         ({"kwargs": {"num_threads": 4}}, "env.kwargs.num_threads: an envpool pool setting"),
         ({"kwargs": {"max_episode_steps": 5}}, "set env.max_episode_steps instead"),
         ({"kwargs": {"xml_file": "hopper.xml"}}, "env.kwargs.xml_file: not supported"),
@@ -131,9 +133,9 @@ def test_truncation_same_step_final_obs_matches_gymnasium(envpool):
             assert res.episode_returns == [] and res.episode_envs == []
 
 
-def _falls_at(actions) -> int:
+def _falls_at(actions, **kwargs) -> int:
     """The first step at which env 0 of the gymnasium backend terminates."""
-    _, steps = run(hopper("sync"), actions)
+    _, steps = run(hopper("sync", **kwargs), actions)
     return next(t for t, res in enumerate(steps, start=1) if res.terminated[0])
 
 
@@ -154,6 +156,20 @@ def test_termination_and_termination_at_the_time_limit(envpool):
     _, ref_steps = run(hopper("sync", max_episode_steps=fall), actions[:fall])
     for res in (steps[-1], ref_steps[-1]):
         assert res.terminated.tolist() == [True, False] and res.truncated.tolist() == [True, True]
+
+
+def test_gymnasium_range_kwargs_map_to_envpool_bounds(envpool):
+    # Gymnasium's healthy_angle_range is envpool's healthy_angle_min / healthy_angle_max.
+    actions = np.tile(np.array([1.0, -1.0, 1.0], dtype=np.float32), (60, 2, 1))
+    strict = {"healthy_angle_range": [-0.05, 0.05]}
+    fall = _falls_at(actions, **strict)
+    assert fall < _falls_at(actions)
+    _, steps = run(hopper("envpool", **strict), actions[:fall])
+    assert steps[-1].terminated[0] and not any(r.terminated[0] for r in steps[:-1])
+    # Hopper's healthy_z_range has no upper bound in envpool: only .inf is accepted there.
+    space_info(hopper("envpool", healthy_z_range=[0.5, float("inf")]))
+    with pytest.raises(ConfigError, match="no healthy_z_max, so that bound must be .inf"):
+        space_info(hopper("envpool", healthy_z_range=[0.5, 2.0]))
 
 
 def test_per_env_seeds(envpool):
