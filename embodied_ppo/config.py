@@ -300,6 +300,7 @@ def _check(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+_NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -527,6 +528,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         raise ConfigError(f"override {text!r}: value {raw!r} is not valid YAML") from None
+    if isinstance(value, str) and _NUMBER_RE.match(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e6 as a string; on a command line it is a number
     return parts, value
 
 

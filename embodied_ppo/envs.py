@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
+import logging
 import os
 import signal
 import warnings
@@ -112,7 +113,37 @@ def check_env_id(env_id: str) -> None:
     raise ConfigError(f"env.id: unknown environment {env_id!r}{hint}")
 
 
+_MUJOCO_SEEN: set[str] = set()
+
+
+def _mujoco_warning(message: str) -> None:
+    """MuJoCo's warnings, once each, through Python's logging / warnings instead of stderr.
+
+    Gymnasium's bundled models trigger MuJoCo's deprecation notices (e.g. 'settotalmass') on
+    every load: harmless, and not the user's to fix, so they go to the debug log. Anything else
+    is shown once as a RuntimeWarning.
+    """
+    text = message.strip()
+    if text in _MUJOCO_SEEN:
+        return
+    _MUJOCO_SEEN.add(text)
+    if "deprecated" in text:
+        logging.getLogger("embodied_ppo.mujoco").debug("%s", text)
+    else:
+        warnings.warn(f"MuJoCo: {text}", RuntimeWarning, stacklevel=2)
+
+
+def _route_mujoco_warnings() -> None:
+    try:
+        import mujoco
+    except ImportError:
+        return
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
 def _make_one(cfg: EnvConfig, render_mode: str | None = None) -> gym.Env:
+    _route_mujoco_warnings()
     kwargs = dict(cfg.kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps

@@ -207,3 +207,8 @@ def test_batch_properties():
     assert cfg.batch_size == 32
     assert cfg.num_iterations == 4
     assert isinstance(cfg, Config)
+
+
+def test_scientific_notation_overrides_are_numbers():
+    cfg = load_config(None, ["env.id=CartPole-v1", "trainer.total_steps=1e6", "optim.lr=3e-4"])
+    assert cfg.trainer.total_steps == 1_000_000 and cfg.optim.lr == 3e-4

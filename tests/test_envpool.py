@@ -216,7 +216,9 @@ def test_pool_rebuilds_leave_no_threads_behind(envpool):
         before = os_threads()
         for k in range(20):
             envs.reset([k, k + 1])
-        assert os_threads() == before and threading.active_count() >= 1
+        # Threads left over from earlier tests may still exit meanwhile; a leak would add
+        # envpool's worker threads with every rebuild.
+        assert os_threads() <= before and threading.active_count() >= 1
 
 
 def test_training_run_completes(envpool, tmp_path):
