@@ -4,8 +4,8 @@ Random actions (drawn before timing), no policy: env steps per second of `envs.s
 wrappers (`make_env`: what the collector sees, SAME_STEP resets and statistics included) and, for
 reference, of the libraries alone (envpool's `step` with its NEXT_STEP resets; gymnasium's vector
 env). Every measurement runs in a fresh subprocess and the contenders alternate round by round, so
-drift in the machine's load hits all of them alike; the table gives medians over rounds and the
-1-minute load average seen around each round.
+drift in the machine's load hits all of them alike; the tables give medians over rounds (steps per
+wall-clock second and per CPU second) and the 1-minute load average seen around each round.
 
 Example:
     python scripts/bench_envpool.py --env Humanoid-v5 HalfCheetah-v5 --num-envs 8 --rounds 5
@@ -26,8 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = ("envpool", "sync", "async", "envpool_lib", "sync_lib")
 
 
-def measure(contender: str, env_id: str, num_envs: int, steps: int) -> float:
-    """Env steps per second of one contender (run inside the child process)."""
+def measure(contender: str, env_id: str, num_envs: int, steps: int) -> tuple[float, float]:
+    """Env steps per wall-clock second and per CPU second of one contender (in the child process).
+
+    CPU time counts every thread of the process and, for `async`, its worker processes too; it
+    says what a step costs whatever else the machine runs.
+    """
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
@@ -49,12 +53,22 @@ def measure(contender: str, env_id: str, num_envs: int, steps: int) -> float:
         step = envs.step
     for a in actions[:20]:  # warm up
         step(a)
-    start = time.perf_counter()
+    cpu0, start = _cpu_seconds(envs), time.perf_counter()
     for a in actions:
         step(a)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, _cpu_seconds(envs) - cpu0
     envs.close()
-    return steps * num_envs / elapsed
+    return steps * num_envs / elapsed, steps * num_envs / cpu
+
+
+def _cpu_seconds(envs: object) -> float:
+    """CPU seconds used so far by this process (all threads) and its async env workers."""
+    total = time.process_time()
+    for process in getattr(getattr(envs, "env", None), "processes", []):
+        with open(f"/proc/{process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def main() -> None:
@@ -71,6 +85,7 @@ def main() -> None:
         return
 
     rates: dict[tuple[str, str], list[float]] = {}
+    cpu_rates: dict[tuple[str, str], list[float]] = {}
     loads: list[float] = []
     for r in range(args.rounds):
         for env_id in args.env:
@@ -83,10 +98,13 @@ def main() -> None:
                     text=True,
                     check=True,
                 )
-                rate = json.loads(out.stdout.strip().splitlines()[-1])
+                rate, cpu_rate = json.loads(out.stdout.strip().splitlines()[-1])
                 rates.setdefault((env_id, contender), []).append(rate)
+                cpu_rates.setdefault((env_id, contender), []).append(cpu_rate)
                 print(
-                    f"round {r + 1} {env_id:16s} {contender:12s} {rate:10,.0f} steps/s", flush=True
+                    f"round {r + 1} {env_id:16s} {contender:12s} {rate:10,.0f} steps/s "
+                    f"{cpu_rate:10,.0f} steps/CPU-s",
+                    flush=True,
                 )
     print(
         f"\n{args.num_envs} envs, {os.cpu_count()} cores, load average (1 min) during the runs: "
@@ -102,6 +120,14 @@ def main() -> None:
             for b in ("sync", "async")
         ]
         print(f"| {env_id} | {cells} | {ratio[0]} | {ratio[1]} |")
+    print("\nSteps per CPU second (medians):\n")
+    print("| env | " + " | ".join(args.contenders) + " |")
+    print("| --- |" + " ---: |" * len(args.contenders))
+    for env_id in args.env:
+        cells = " | ".join(
+            f"{statistics.median(cpu_rates[(env_id, c)]):,.0f}" for c in args.contenders
+        )
+        print(f"| {env_id} | {cells} |")
 
 
 if __name__ == "__main__":
