@@ -158,10 +158,17 @@ class Collector:
         if noise_seed is None:
             noise_t = self.policy.sample_noise(T * N, cpu).reshape(T, N, *self._noise_shape)
         else:
-            gen = torch.Generator().manual_seed(noise_seed)
-            every = self.policy.sample_noise(T * self.total_envs, cpu, gen)
-            every = every.reshape(T, self.total_envs, *self._noise_shape)
-            noise_t = every[:, self.env_offset : self.env_offset + N].contiguous()
+            # numpy's PCG64 behind a SeedSequence: a fresh, high-quality stream per rollout.
+            rng = np.random.Generator(np.random.PCG64(noise_seed))
+            shape = (T, self.total_envs, *self._noise_shape)
+            every = (
+                rng.standard_normal(shape, dtype=np.float32)
+                if self.policy.is_gaussian
+                else rng.random(shape, dtype=np.float32)
+            )
+            noise_t = torch.from_numpy(
+                np.ascontiguousarray(every[:, self.env_offset : self.env_offset + N])
+            )
         host = HostPolicy(self.policy) if self.inference == "host" else None
         obs_np = self.obs.cpu().numpy()
         if host is not None:
