@@ -146,9 +146,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.is_dir():
         candidate = checkpoints_dir(path) / "latest.pt"
         if not candidate.is_file():
-            others = sorted(
-                checkpoints_dir(path).glob("ckpt_*.pt"), key=lambda p: _step_of(p.name)
-            )
+            others = sorted(checkpoints_dir(path).glob("ckpt_*.pt"), key=lambda p: _step_of(p.name))
             hint = f"; to resume from {others[-1].name}, copy it to latest.pt" if others else ""
             raise CheckpointError(f"{path}: no checkpoint found (expected {candidate}){hint}")
         return candidate

@@ -63,6 +63,7 @@ def test_same_seed_same_numbers_different_seed_different(tmp_path):
     assert not all(torch.equal(pa[k], pc[k]) for k in pa)
     ma = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
     mb = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
+
     def strip(line):
         timing = ("time", "charts/SPS", "charts/collect_time", "charts/update_time")
         return {k: v for k, v in json.loads(line).items() if k not in timing}
