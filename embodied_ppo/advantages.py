@@ -35,11 +35,6 @@ def gae(
     return adv, adv + values
 
 
-def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x - mean) / (std + eps) over every element (population std)."""
-    return (x - x.mean()) / (x.std(correction=0) + eps)
-
-
 def masked_normalize(
     x: torch.Tensor,
     mask: torch.Tensor,

@@ -159,11 +159,6 @@ class Config:
         """Transitions per iteration: rollout_steps x num_envs."""
         return self.algorithm.rollout_steps * self.env.num_envs
 
-    @property
-    def num_iterations(self) -> int:
-        """Iterations needed to reach trainer.total_steps (the last one may overshoot)."""
-        return max(1, math.ceil(self.trainer.total_steps / self.batch_size))
-
 
 # Names users may bring from other libraries; suggested when they appear as unknown keys.
 _ALIASES = {

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from embodied_ppo.config import EnvConfig
-from embodied_ppo.envs import SpaceInfo, StepResult, env_seeds, space_info
+from embodied_ppo.envs import SpaceInfo, StepResult, env_seeds, space_info, step_result
 from embodied_ppo.errors import ConfigError, TrainingError
 
 INSTALL_HINT = (
@@ -386,13 +386,7 @@ class EnvPoolVecEnv:
                 ) from exc
             obs[reset_info["env_id"]] = reset_obs
             self._check_obs(obs, ahead=0)
-        rets = self._ep_return[ended].tolist()
-        lens = self._ep_length[ended].tolist()
-        self._ep_return[ended] = 0.0
-        self._ep_length[ended] = 0
-        return StepResult(
-            obs, reward, term, trunc, final_obs, rets, lens, np.flatnonzero(ended).tolist()
-        )
+        return step_result(obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length)
 
     def sample_actions(self) -> np.ndarray:
         """Uniform random actions for every env (for benchmarks and smoke tests)."""

@@ -259,6 +259,26 @@ class StepResult:
     episode_envs: list[int]  # the env index of each of those episodes
 
 
+def step_result(
+    obs: np.ndarray,
+    reward: np.ndarray,
+    term: np.ndarray,
+    trunc: np.ndarray,
+    final_obs: np.ndarray,
+    ep_return: np.ndarray,
+    ep_length: np.ndarray,
+) -> StepResult:
+    """A StepResult with the statistics of the episodes that ended; restarts their counters.
+
+    `ep_return` / `ep_length` (N,) already include this step and are updated in place.
+    """
+    ended = np.flatnonzero(term | trunc)
+    rets, lens = ep_return[ended].tolist(), ep_length[ended].tolist()
+    ep_return[ended] = 0.0
+    ep_length[ended] = 0
+    return StepResult(obs, reward, term, trunc, final_obs, rets, lens, ended.tolist())
+
+
 class VecEnv:
     """A gymnasium vector env with SAME_STEP autoreset, action clipping and episode statistics."""
 
@@ -326,13 +346,7 @@ class VecEnv:
         self.steps += 1
         self._ep_return += reward
         self._ep_length += 1
-        rets = self._ep_return[ended].tolist()
-        lens = self._ep_length[ended].tolist()
-        self._ep_return[ended] = 0.0
-        self._ep_length[ended] = 0
-        return StepResult(
-            obs, reward, term, trunc, final_obs, rets, lens, np.flatnonzero(ended).tolist()
-        )
+        return step_result(obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length)
 
     def sample_actions(self) -> np.ndarray:
         """Uniform random actions for every env (for benchmarks and smoke tests)."""

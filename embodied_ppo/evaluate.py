@@ -308,20 +308,16 @@ def stochastic_action(policy: Any, seed: int) -> Action:
 
     gen = torch.Generator().manual_seed(seed)
     device = next(policy.parameters()).device
-    dim = int(policy.spec["action_dim"])
     low = policy.action_low.cpu().numpy()
     high = policy.action_high.cpu().numpy()
 
     def act(obs: np.ndarray) -> Any:
         with torch.no_grad():
             dist, _ = policy(torch.from_numpy(obs).to(device).unsqueeze(0))
+            action = dist.sample(policy.sample_noise(1, torch.device("cpu"), gen).to(device))[0]
             if isinstance(dist, DiagGaussian):
-                noise = torch.randn((1, dim), generator=gen).to(device)
-                return np.clip(
-                    dist.sample(noise)[0].cpu().numpy(), low, high
-                )  # as training envs clip
-            noise = torch.rand((1,), generator=gen).to(device)
-            return int(dist.sample(noise)[0])
+                return np.clip(action.cpu().numpy(), low, high)  # as training envs clip
+            return int(action)
 
     return act
 

@@ -138,49 +138,6 @@ def ppo_loss(
     return loss, metrics
 
 
-def actor_critic_loss(
-    logprob: torch.Tensor,
-    old_logprob: torch.Tensor,
-    advantages: torch.Tensor,
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    entropy: torch.Tensor,
-    *,
-    clip_ratio_low: float,
-    clip_ratio_high: float,
-    clip_ratio_c: float | None,
-    value_clip: float | None,
-    huber_delta: float | None,
-    entropy_bonus: float,
-    value_loss_coef: float,
-    denom: float | None = None,
-    mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The `actor_critic` loss with token-mean aggregation: sum over valid tokens / `denom`."""
-    if mask is None:
-        mask = torch.ones_like(advantages)
-    if denom is None:
-        denom = float(mask.sum())
-    return ppo_loss(
-        logprob,
-        old_logprob,
-        advantages,
-        entropy,
-        mask / denom,
-        clip_ratio_low=clip_ratio_low,
-        clip_ratio_high=clip_ratio_high,
-        clip_ratio_c=clip_ratio_c,
-        entropy_bonus=entropy_bonus,
-        values=values,
-        old_values=old_values,
-        returns=returns,
-        value_clip=value_clip,
-        huber_delta=huber_delta,
-        value_loss_coef=value_loss_coef,
-    )
-
-
 def explained_variance(
     pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:

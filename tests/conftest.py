@@ -13,6 +13,18 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 torch.set_num_threads(1)
 
 
+# Command-line overrides that make any config a run of a few seconds (64 steps).
+TINY = [
+    "env.num_envs=2",
+    "model.hidden_sizes=[16]",
+    "algorithm.rollout_steps=16",
+    "algorithm.minibatch_size=16",
+    "algorithm.update_epochs=1",
+    "trainer.total_steps=64",
+    "trainer.device=cpu",
+]
+
+
 def tiny_config(env_id: str = "CartPole-v1", **blocks: dict) -> Config:
     """A fast config: 2 envs x 16 steps, small MLP, a few hundred steps."""
     data: dict = {

@@ -8,19 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 
 from embodied_ppo.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "env.num_envs=2",
-    "model.hidden_sizes=[16]",
-    "algorithm.rollout_steps=16",
-    "algorithm.minibatch_size=16",
-    "algorithm.update_epochs=1",
-    "trainer.total_steps=64",
-    "trainer.device=cpu",
-]
 
 
 def cli(*args, cwd=None):

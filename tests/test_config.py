@@ -205,7 +205,6 @@ def test_batch_properties():
         trainer={"total_steps": 100},
     )
     assert cfg.batch_size == 32
-    assert cfg.num_iterations == 4
     assert isinstance(cfg, Config)
 
 

@@ -7,7 +7,26 @@ import math
 import pytest
 import torch
 
-from embodied_ppo.losses import actor_critic_loss, explained_variance, value_error
+from embodied_ppo.losses import explained_variance, ppo_loss, value_error
+
+
+def actor_critic_loss(
+    logprob, old_logprob, advantages, values, old_values, returns, entropy, *, denom=None, **kw
+):
+    """ppo_loss with token-mean weights: every token counts 1 / denom (default: the batch size)."""
+    weights = torch.full_like(advantages, 1.0 / (denom or advantages.shape[0]))
+    return ppo_loss(
+        logprob,
+        old_logprob,
+        advantages,
+        entropy,
+        weights,
+        values=values,
+        old_values=old_values,
+        returns=returns,
+        **kw,
+    )
+
 
 KW = dict(
     clip_ratio_low=0.2,

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import TINY, tiny_config
 from gymnasium import spaces
 
 from embodied_ppo import cli
@@ -248,15 +248,6 @@ def test_checkpoint_write_failure_stops_the_run(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------ --resume with bad checkpoints
-TINY = [
-    "env.num_envs=2",
-    "model.hidden_sizes=[16]",
-    "algorithm.rollout_steps=16",
-    "algorithm.minibatch_size=16",
-    "algorithm.update_epochs=1",
-    "trainer.total_steps=64",
-    "trainer.device=cpu",
-]
 
 
 def _main(capsys, *args) -> tuple[int, str, str]:
