@@ -129,6 +129,7 @@ class TrainerConfig:
     checkpoint_interval: int = 10
     torch_threads: int | None = None
     inference: Literal["auto", "host", "device"] = "auto"
+    update: Literal["auto", "host", "torch"] = "auto"
     compile: bool = False
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     dist_timeout: float = 1800.0
@@ -409,6 +410,18 @@ def validate(cfg: Config) -> Config:
     _check(
         t.inference != "host" or m.activation != "gelu",
         "trainer.inference: got 'host', which does not support model.activation 'gelu'; use auto or device",
+    )
+    _check(
+        t.update != "host" or m.activation != "gelu",
+        "trainer.update: got 'host', which does not support model.activation 'gelu'; use auto or torch",
+    )
+    _check(
+        t.update != "host" or not t.device.startswith("cuda"),
+        "trainer.update: got 'host', which runs on the CPU only; use auto or torch with a cuda device",
+    )
+    _check(
+        t.update != "host" or not (a.use_kl_loss or t.compile),
+        "trainer.update: got 'host', which has no KL loss and no torch.compile; use auto or torch",
     )
     _check(
         t.log_interval >= 1, f"trainer.log_interval: got {t.log_interval}, expected an integer >= 1"

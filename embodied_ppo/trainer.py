@@ -46,7 +46,8 @@ from embodied_ppo.errors import CheckpointError, ConfigError, TrainingError
 from embodied_ppo.losses import adaptive_kl_coef, explained_variance, kl_estimate
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.normalizer import RewardScaler
-from embodied_ppo.ppo import BATCH_FIELDS, NonFiniteError, PPOUpdate, learning_rate, make_optimizer
+from embodied_ppo.host_update import make_updater
+from embodied_ppo.ppo import BATCH_FIELDS, NonFiniteError, learning_rate, make_optimizer
 
 
 def resolve_device(name: str) -> torch.device:
@@ -284,14 +285,15 @@ class Trainer:
         )  # in-reward KL coefficient (adapted when kl_ctrl.type is adaptive)
         self.optimizer = make_optimizer(self.policy, cfg.optim)
         self.shuffle = torch.Generator().manual_seed(cfg.trainer.seed)
-        self.updater = PPOUpdate(
+        self.updater = make_updater(
             self.policy,
             a,
             cfg.optim,
             self.optimizer,
             self.shuffle,
             self.reference,
-            compile=cfg.trainer.compile,
+            cfg.trainer.update,
+            cfg.trainer.compile,
         )
         self.global_step, self.iteration = 0, 0
         self.recent_returns: deque[float] = deque(maxlen=100)
