@@ -117,11 +117,18 @@ class Collector:
         return torch.cat([self.policy.value(x[c]) for c in self._chunks(x.shape[0])]).cpu().numpy()
 
     def _act_host(
-        self, host: HostPolicy, obs: np.ndarray, noise: np.ndarray
+        self, host: HostPolicy, obs: np.ndarray, noise: np.ndarray, terms: tuple | None
     ) -> tuple[np.ndarray, ...]:
-        if obs.shape[0] <= self.micro_batch:
+        if terms is not None:  # noise terms precomputed for the rollout
+            if obs.shape[0] <= self.micro_batch:
+                return host.act_with(obs, *terms)
+            parts = [
+                host.act_with(obs[c], *(x[c] for x in terms)) for c in self._chunks(obs.shape[0])
+            ]
+        elif obs.shape[0] <= self.micro_batch:
             return host.act(obs, noise)
-        parts = [host.act(obs[c], noise[c]) for c in self._chunks(obs.shape[0])]
+        else:
+            parts = [host.act(obs[c], noise[c]) for c in self._chunks(obs.shape[0])]
         return tuple(np.concatenate(p) for p in zip(*parts))
 
     def _value_host(self, host: HostPolicy, obs: np.ndarray) -> np.ndarray:
@@ -173,6 +180,7 @@ class Collector:
         obs_np = self.obs.cpu().numpy()
         if host is not None:
             noise = noise_t.numpy()
+            terms = host.noise_terms(noise)
         else:
             noise_dev = noise_t.to(self.device)
             obs_t = self.obs.to(self.device)
@@ -180,7 +188,9 @@ class Collector:
         steps = T
         for t in range(T):
             if host is not None:
-                action, logprob, value = self._act_host(host, obs_np, noise[t])
+                action, logprob, value = self._act_host(
+                    host, obs_np, noise[t], None if terms is None else (terms[0][t], terms[1][t])
+                )
             else:
                 action, logprob, value = self._act_device(obs_t, noise_dev[t])
             st["obs"][t] = obs_np

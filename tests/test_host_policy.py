@@ -80,3 +80,25 @@ def test_host_rows_do_not_depend_on_the_batch_size(kind):
         parts = [host.act(obs[i : i + size], noise[i : i + size]) for i in range(0, 6, size)]
         for a, b in zip(whole, zip(*parts)):
             assert np.array_equal(a, np.concatenate(b)), size
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_precomputed_noise_terms_give_the_same_samples(rows):
+    torch.manual_seed(0)
+    ac = ActorCritic(spec("gaussian", hidden_sizes=[64, 64], share_backbone=False))
+    with torch.no_grad():
+        ac.log_std.add_(torch.tensor([0.3, -0.2, 0.1]))
+    host = HostPolicy(ac)
+    rng = np.random.default_rng(2)
+    obs = rng.standard_normal((rows, 5)).astype(np.float32)
+    noise = rng.standard_normal((4, rows, 3)).astype(np.float32)  # a rollout of 4 steps
+    offset, logprob = host.noise_terms(noise)
+    for t in range(4):
+        expected = host.act(obs, noise[t])
+        got = host.act_with(obs, offset[t], logprob[t])
+        for a, b in zip(expected, got, strict=True):
+            assert np.allclose(a, b, atol=1e-6)
+    # Observation-dependent noise terms cannot be precomputed.
+    sde = HostPolicy(ActorCritic(spec("gaussian", share_backbone=False, state_dependent_std=True)))
+    assert sde.noise_terms(noise) is None
+    assert HostPolicy(ActorCritic(spec("categorical"))).noise_terms(noise[..., 0]) is None
