@@ -17,6 +17,7 @@ from embodied_ppo.modules import (
     RewardScaler,
     RunningMeanStd,
 )
+from embodied_ppo.modules.normalizer import discounted_scan
 
 
 def spec(kind="gaussian", **kw):
@@ -135,6 +136,21 @@ def test_reward_scaler_divides_by_return_std_and_resets_on_episode_end():
         std = math.sqrt(np.var(np.array(returns_seen)) + 1e-8)
         assert torch.allclose(out, r / std, atol=1e-5)
     assert np.allclose(scaler.returns.numpy(), acc)
+
+
+@pytest.mark.parametrize("T", [1, 2, 7, 64, 1000])
+def test_discounted_scan_equals_the_sequential_recursion(T):
+    g = torch.Generator().manual_seed(T)
+    rewards = torch.randn(T, 3, generator=g, dtype=torch.float64)
+    keep = (torch.rand(T, 3, generator=g) > 0.05).double()
+    keep[T // 2, 0] = 0.0
+    start = torch.randn(3, generator=g, dtype=torch.float64)
+    acc, expected = start.clone(), torch.empty_like(rewards)
+    for t in range(T):
+        acc = acc * 0.97 + rewards[t]
+        expected[t] = acc
+        acc = acc * keep[t]
+    assert torch.allclose(discounted_scan(rewards, keep, 0.97, start), expected, atol=1e-12)
 
 
 def test_reward_scaler_masked_steps_stay_out_of_the_statistics():

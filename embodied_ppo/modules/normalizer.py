@@ -116,6 +116,31 @@ class ObsNormalizer(RunningMeanStd):
         return obs
 
 
+def discounted_scan(
+    rewards: torch.Tensor, keep: torch.Tensor, gamma: float, start: torch.Tensor
+) -> torch.Tensor:
+    """Running discounted returns G_t = gamma * keep_{t-1} * G_{t-1} + r_t over a (T, N) rollout.
+
+    G_{-1} = `start`; keep_t is 0 where an episode ended at step t (its return restarts). Computed
+    as a parallel prefix scan of the affine maps G -> a_t G + r_t (log2(T) rounds of whole-array
+    operations) instead of T sequential steps.
+    """
+    T = rewards.shape[0]
+    a = torch.empty_like(rewards)
+    a[0] = gamma
+    a[1:] = gamma * keep[:-1]
+    b = rewards.clone()
+    b[0] += a[0] * start
+    a[0] = 0.0
+    shift = 1
+    while shift < T:
+        # Compose each map with the one `shift` steps earlier: (a2, b2) o (a1, b1).
+        b[shift:] = b[shift:] + a[shift:] * b[:-shift]
+        a[shift:] = a[shift:] * a[:-shift]
+        shift *= 2
+    return b
+
+
 class RewardScaler(nn.Module):
     """Divides rewards by the running std of the discounted return, then clips.
 
@@ -154,14 +179,9 @@ class RewardScaler(nn.Module):
         statistics.
         """
         if self.enabled:
-            returns = torch.empty(rewards.shape, dtype=torch.float64, device=rewards.device)
             keep = 1.0 - ends.to(torch.float64)  # (T, N): 0 where the episode ended
-            acc = self.returns
-            for t in range(rewards.shape[0]):
-                acc = acc * self.gamma + rewards[t]
-                returns[t] = acc
-                acc = acc * keep[t]
-            self.returns.copy_(acc)
+            returns = discounted_scan(rewards.to(torch.float64), keep, self.gamma, self.returns)
+            self.returns.copy_(returns[-1] * keep[-1])
             self.stats.update(returns if mask is None else returns[mask.bool()], reduce)
             rewards = rewards / torch.sqrt(self.stats.var + self.eps).to(rewards.dtype)
         if self.clip is not None:
