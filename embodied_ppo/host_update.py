@@ -24,6 +24,7 @@ use the torch path (`pick_update`).
 from __future__ import annotations
 
 import math
+
 import numpy as np
 import torch
 from torch import nn

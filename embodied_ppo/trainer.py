@@ -43,10 +43,10 @@ from embodied_ppo.envs import (
     noise_seed,
 )
 from embodied_ppo.errors import CheckpointError, ConfigError, TrainingError
+from embodied_ppo.host_update import make_updater
 from embodied_ppo.losses import adaptive_kl_coef, explained_variance, kl_estimate
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.normalizer import RewardScaler
-from embodied_ppo.host_update import make_updater
 from embodied_ppo.ppo import BATCH_FIELDS, NonFiniteError, learning_rate, make_optimizer
 
 
