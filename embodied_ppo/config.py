@@ -29,6 +29,8 @@ class EnvConfig:
     id: str | None = None
     num_envs: int = 8
     backend: Literal["sync", "async", "envpool"] = "sync"
+    # sync backend: threads stepping the envs (MuJoCo simulates without holding the GIL).
+    threads: int = 1
     kwargs: dict = field(default_factory=dict)
     max_episode_steps: int | None = None
     num_envs_scope: Literal["per_process", "global"] = "per_process"
@@ -305,6 +307,12 @@ def validate(cfg: Config) -> Config:
     e, m, a, o, t = cfg.env, cfg.model, cfg.algorithm, cfg.optim, cfg.trainer
     _check(e.id is not None and e.id.strip() != "", "env.id: required, e.g. env.id=Humanoid-v5")
     _check(e.num_envs >= 1, f"env.num_envs: got {e.num_envs}, expected an integer >= 1")
+    _check(e.threads >= 1, f"env.threads: got {e.threads}, expected an integer >= 1")
+    _check(
+        e.threads == 1 or e.backend == "sync",
+        f"env.threads: got {e.threads} with backend {e.backend!r}; threads apply to the sync backend "
+        "(async uses one process per env, envpool one thread per core)",
+    )
     _check(
         e.max_episode_steps is None or e.max_episode_steps >= 1,
         f"env.max_episode_steps: got {e.max_episode_steps}, expected null or an integer >= 1",

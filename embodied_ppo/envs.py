@@ -7,14 +7,17 @@ observation of every episode that ended this step, and finished-episode statisti
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import difflib
 import functools
 import logging
+import math
 import os
 import signal
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
 
 from embodied_ppo.config import EnvConfig
 from embodied_ppo.env_state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
@@ -224,6 +228,103 @@ def space_info(cfg: EnvConfig) -> SpaceInfo:
         env.close()
 
 
+class SerialVectorEnv:
+    """The members of a vector env stepped in this process (backend `sync`).
+
+    The subset of Gymnasium's vector-env interface VecEnv uses, with SAME_STEP autoreset: an
+    ended member is reset within the step, its last observation reported as `final_obs`. It
+    writes into preallocated arrays and skips Gymnasium's merging of the members' info dicts,
+    which costs more than a MuJoCo step for small tasks; the per-member calls (step, reset
+    without a seed after an episode end, reset with the given seeds) are those of
+    `gym.vector.SyncVectorEnv`, so trajectories are identical.
+
+    With `threads` > 1 the members are split into that many contiguous groups stepped by a
+    thread pool (the calling thread takes the first group). MuJoCo releases the GIL while it
+    simulates, so physics-heavy tasks step on several cores; members never share state, so the
+    trajectories are the same as with one thread.
+    """
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]], threads: int = 1) -> None:
+        self.envs = [fn() for fn in env_fns]
+        self.num_envs = len(self.envs)
+        first = self.envs[0]
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.observation_space = batch_space(first.observation_space, self.num_envs)
+        self.action_space = batch_space(first.action_space, self.num_envs)
+        self.metadata = first.metadata
+        shape = (self.num_envs, *first.observation_space.shape)
+        self._obs = np.zeros(shape, dtype=first.observation_space.dtype)
+        self._reward = np.zeros(self.num_envs, dtype=np.float64)
+        self._term = np.zeros(self.num_envs, dtype=bool)
+        self._trunc = np.zeros(self.num_envs, dtype=bool)
+        self.closed = False
+        threads = max(1, min(threads, self.num_envs))
+        bounds = np.linspace(0, self.num_envs, threads + 1).round().astype(int)
+        self._groups = [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        self._pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
+
+    def reset(self, seed: list[int] | None = None) -> tuple[np.ndarray, dict]:
+        seeds = seed if seed is not None else [None] * self.num_envs
+        for i, env in enumerate(self.envs):
+            self._obs[i], _ = env.reset(seed=seeds[i])
+        return self._obs.copy(), {}
+
+    def _step_group(self, members: range, actions: np.ndarray) -> list[tuple[int, Any]]:
+        """Step members; returns (index, final observation) of those whose episode ended."""
+        obs, reward, term, trunc = self._obs, self._reward, self._term, self._trunc
+        ended = []
+        envs = self.envs
+        for i in members:
+            env = envs[i]
+            o, reward[i], te, tr, _ = env.step(actions[i])
+            term[i], trunc[i] = te, tr
+            if te or tr:
+                ended.append((i, o))
+                o, _ = env.reset()
+            obs[i] = o
+        return ended
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        if self._pool is None:
+            ended = self._step_group(self._groups[0], actions)
+        else:
+            futures = [self._pool.submit(self._step_group, g, actions) for g in self._groups[1:]]
+            ended = self._step_group(self._groups[0], actions)
+            for future in futures:  # every group finishes before an error propagates
+                concurrent.futures.wait([future])
+            for future in futures:
+                ended += future.result()
+        info: dict[str, Any] = {}
+        if ended:
+            info = {"final_obs": [None] * self.num_envs}
+            info["_final_obs"] = np.zeros(self.num_envs, dtype=bool)
+            for i, o in ended:
+                info["final_obs"][i], info["_final_obs"][i] = o, True
+        return self._obs, self._reward, self._term, self._trunc, info
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        results = []
+        for env in self.envs:
+            attr = env.get_wrapper_attr(name)
+            results.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return tuple(results)
+
+    def set_attr(self, name: str, values: list[Any] | Any) -> None:
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        for env, value in zip(self.envs, values, strict=True):
+            env.set_wrapper_attr(name, value)
+
+    def close(self, terminate: bool = False) -> None:
+        if not self.closed:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            for env in self.envs:
+                env.close()
+            self.closed = True
+
+
 def _space_info(obs_space: gym.Space, act_space: gym.Space, env_id: str) -> SpaceInfo:
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         raise ConfigError(
@@ -291,13 +392,14 @@ class VecEnv:
         if cfg.backend == "async":
             self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(fns, **mode)
         else:
-            self.env = gym.vector.SyncVectorEnv(fns, **mode)
+            self.env = SerialVectorEnv(fns, cfg.threads)  # type: ignore[assignment]
         self.info = _space_info(
             self.env.single_observation_space, self.env.single_action_space, cfg.id
         )
         if self.info.action_kind == "gaussian":
             self._low = np.asarray(self.info.action_low, dtype=np.float32)
             self._high = np.asarray(self.info.action_high, dtype=np.float32)
+            self._clipped = np.zeros((self.num_envs, self.info.action_dim), dtype=np.float32)
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self.steps = 0  # vector steps taken in this run (restored on resume); for error messages
@@ -317,28 +419,32 @@ class VecEnv:
     def step(self, action: np.ndarray) -> StepResult:
         """Step with `action` (N, A) float or (N,) int; Box actions are clipped to the bounds here."""
         if self.info.action_kind == "gaussian":
-            action = np.clip(action, self._low, self._high)
+            clipped = self._clipped
+            np.minimum(action, self._high, out=clipped)
+            action = np.maximum(clipped, self._low, out=clipped)
         where = _Where(self.steps + 1, self.num_envs)
         try:
-            # The warning filter is only needed (and only paid for) with worker processes.
-            with (
-                _quiet_worker_errors() if self.cfg.backend == "async" else contextlib.nullcontext()
-            ):
+            if self.cfg.backend == "async":
+                with _quiet_worker_errors():
+                    obs, reward, term, trunc, info = self.env.step(action)
+            else:
                 obs, reward, term, trunc, info = self.env.step(action)
         except Exception as exc:  # an env or a worker process failed
             raise self._failure(exc, where) from exc
-        obs = self._check_obs(np.asarray(obs, dtype=np.float32), where)
-        reward = np.asarray(reward, dtype=np.float32)
-        term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
+        # Copies: the vector env reuses its arrays.
+        obs = self._check_obs(np.array(obs, dtype=np.float32), where)
+        reward = np.array(reward, dtype=np.float32)
+        term, trunc = np.array(term, dtype=bool), np.array(trunc, dtype=bool)
         ended = term | trunc
         final_obs = obs  # rows are only meaningful where an episode ended
-        if ended.any():
+        any_ended = bool(ended.any())
+        if any_ended:
             final_obs = obs.copy()
             mask = info.get("_final_obs", ended)
             for i in np.flatnonzero(mask):
                 final_obs[i] = info["final_obs"][i]
             self._check_obs(final_obs, where)
-        if not np.isfinite(reward).all():
+        if not math.isfinite(reward.sum(dtype=np.float64)):
             bad = int(np.flatnonzero(~np.isfinite(reward))[0])
             raise TrainingError(
                 f"environment {bad} returned a non-finite reward {reward[bad]} {where}"
@@ -346,6 +452,8 @@ class VecEnv:
         self.steps += 1
         self._ep_return += reward
         self._ep_length += 1
+        if not any_ended:
+            return StepResult(obs, reward, term, trunc, final_obs, [], [], [])
         return step_result(obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length)
 
     def sample_actions(self) -> np.ndarray:
@@ -354,7 +462,8 @@ class VecEnv:
 
     @staticmethod
     def _check_obs(obs: np.ndarray, where: str) -> np.ndarray:
-        if not np.isfinite(obs).all():
+        # One float64 sum: NaN and Inf propagate, float32 values cannot overflow it.
+        if not math.isfinite(obs.sum(dtype=np.float64)):
             bad = int(np.flatnonzero(~np.isfinite(obs).all(axis=-1))[0])
             raise TrainingError(f"environment {bad} returned a non-finite observation {where}")
         return obs

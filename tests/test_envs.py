@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import tiny_config
 
-from embodied_ppo.envs import VecEnv, check_env_id, env_seeds, space_info
-from embodied_ppo.errors import ConfigError
+from embodied_ppo.envs import SerialVectorEnv, VecEnv, check_env_id, env_seeds, space_info
+from embodied_ppo.errors import ConfigError, TrainingError
 
 
 def test_unknown_env_id_suggests_close_matches():
@@ -65,3 +66,58 @@ def test_vec_env_reset_is_seeded():
         oa, ob, oc = a.reset(), b.reset(), c.reset()
     assert np.array_equal(oa, ob) and not np.array_equal(oa, oc)
     assert not np.array_equal(oa[0], oa[1])
+
+
+def _trajectory(venv, steps: int, seed: int = 0) -> list:
+    """Every array a vector env reports over `steps` random steps (copied)."""
+    rng = np.random.default_rng(seed)
+    space = venv.single_action_space
+    out = [venv.reset(seed=[11 * (k + 1) for k in range(venv.num_envs)])[0].copy()]
+    for _ in range(steps):
+        if isinstance(space, gym.spaces.Discrete):
+            actions = rng.integers(0, space.n, size=venv.num_envs)
+        else:
+            actions = rng.uniform(space.low, space.high, (venv.num_envs, *space.shape))
+        obs, reward, term, trunc, info = venv.step(actions)
+        out += [obs.copy(), reward.copy(), term.copy(), trunc.copy()]
+        if "final_obs" in info:
+            out += [np.stack([o for o in info["final_obs"] if o is not None])]
+    venv.close()
+    return out
+
+
+@pytest.mark.parametrize("env_id, limit", [("CartPole-v1", 40), ("Hopper-v5", 60)])
+def test_serial_vector_env_equals_gymnasiums_sync_vector_env(env_id, limit):
+    fns = [lambda: gym.make(env_id, max_episode_steps=limit) for _ in range(3)]
+    ours = _trajectory(SerialVectorEnv(fns), 150)
+    theirs = _trajectory(
+        gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), 150
+    )
+    assert len(ours) == len(theirs) > 4 * 150  # some episodes ended (final_obs reported)
+    for a, b in zip(ours, theirs, strict=True):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_threaded_stepping_gives_the_same_trajectories(threads):
+    fns = [lambda: gym.make("Hopper-v5", max_episode_steps=60) for _ in range(5)]
+    serial = _trajectory(SerialVectorEnv(fns), 120)
+    threaded = _trajectory(SerialVectorEnv(fns, threads=threads), 120)
+    assert len(serial) == len(threaded)
+    for a, b in zip(serial, threaded, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_threaded_env_failure_names_the_env():
+    cfg = tiny_config("CartPole-v1", env={"num_envs": 4, "threads": 2}).env
+    venv = VecEnv(cfg, seed=0)
+    venv.reset()
+
+    def broken(action):
+        raise RuntimeError("simulator exploded")
+
+    venv.env.envs[3].unwrapped.step = broken
+    with pytest.raises(TrainingError, match="environment 3"):
+        for _ in range(3):
+            venv.step(np.zeros(4, dtype=np.int64))
+    venv.close()
