@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from embodied_ppo import blas
 from embodied_ppo.buffer import RolloutBuffer
 from embodied_ppo.envs import VecEnv
 from embodied_ppo.modules.actor_critic import ActorCritic
@@ -135,8 +136,13 @@ class Collector:
         return np.concatenate([host.value(obs[c]) for c in self._chunks(obs.shape[0])])
 
     # ----------------------------------------------------------------------------- the rollout
-    @torch.inference_mode()
     def collect(
+        self, episode_seeds: list[int] | None = None, noise_seed: int | None = None
+    ) -> RolloutStats:
+        with blas.limit(1), torch.inference_mode():
+            return self._collect(episode_seeds, noise_seed)
+
+    def _collect(
         self, episode_seeds: list[int] | None = None, noise_seed: int | None = None
     ) -> RolloutStats:
         """Run up to `buffer.num_steps` vector steps and fill every buffer field but advantages.
@@ -201,19 +207,24 @@ class Collector:
             res = self.envs.step(action)
             st["rewards"][t] = res.reward
             st["terminated"][t] = res.terminated
-            np.logical_or(res.terminated, res.truncated, out=st["ends"][t])
-            trunc_only = np.flatnonzero(res.truncated & ~res.terminated)
-            if trunc_only.size:
-                # Bootstrap a time-limit cut with V(final_obs), never V(reset obs).
-                final = res.final_obs[trunc_only]
-                st["final_values"][t, trunc_only] = (
-                    self._value_host(host, final) if host is not None else self._value_device(final)
-                )
-                st["truncated"][t, trunc_only] = True
-            for env, ret, length in zip(res.episode_envs, res.episode_returns, res.episode_lengths):
-                if not done[env]:
-                    stats.episode_returns.append(ret)
-                    stats.episode_lengths.append(length)
+            if res.episode_envs:  # some episode ended at this step (else `ends` stays False)
+                np.logical_or(res.terminated, res.truncated, out=st["ends"][t])
+                trunc_only = np.flatnonzero(res.truncated & ~res.terminated)
+                if trunc_only.size:
+                    # Bootstrap a time-limit cut with V(final_obs), never V(reset obs).
+                    final = res.final_obs[trunc_only]
+                    st["final_values"][t, trunc_only] = (
+                        self._value_host(host, final)
+                        if host is not None
+                        else self._value_device(final)
+                    )
+                    st["truncated"][t, trunc_only] = True
+                for env, ret, length in zip(
+                    res.episode_envs, res.episode_returns, res.episode_lengths
+                ):
+                    if not done[env]:
+                        stats.episode_returns.append(ret)
+                        stats.episode_lengths.append(length)
             obs_np = res.obs
             if host is None:
                 obs_t = torch.from_numpy(obs_np).to(self.device, non_blocking=True)

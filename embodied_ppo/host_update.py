@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied_ppo import distributed
+from embodied_ppo import blas, distributed
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
 from embodied_ppo.modules.actor_critic import LOG_STD_MAX, LOG_STD_MIN, ActorCritic
 from embodied_ppo.modules.host_policy import HOST_ACTIVATIONS, host_supported
@@ -157,6 +157,7 @@ class HostUpdate(PPOUpdate):
             if id(p) in frozen
         ]
         self.step_count = 0
+        self.threads = blas.update_threads()  # numpy's BLAS threads in the update
         # Written by `update`, read by tests: the last minibatch's loss.
         self.last_loss = float("nan")
 
@@ -422,6 +423,10 @@ class HostUpdate(PPOUpdate):
             self.flat -= step
 
     def update(self, batch: dict[str, torch.Tensor], num_steps: int) -> dict[str, float]:
+        with blas.limit(self.threads):
+            return self._update(batch, num_steps)
+
+    def _update(self, batch: dict[str, torch.Tensor], num_steps: int) -> dict[str, float]:
         a, o = self.algo, self.optim
         self._load_state()
         obs = batch["obs"].numpy()
