@@ -136,6 +136,29 @@ class HostPolicy:
             log_std = np.clip(_np(policy.log_std), LOG_STD_MIN, LOG_STD_MAX)
             self.std = np.exp(log_std)
             self.log_norm = np.float32(-(log_std + _LOG_SQRT_2PI).sum())
+        self.small = None
+        if self.critic is None and max(w.shape[1] for w, _ in self.layers) <= FUSE_MAX_WIDTH:
+            self._prepare_small()
+        self._buffers: dict[int, tuple] = {}
+
+    def _prepare_small(self) -> None:
+        """The float64 layout of `_heads_small`: the normalizer folded into the first layer.
+
+        clip((obs - shift) * scale, -c, c) @ W equals clip(obs, shift - c / scale,
+        shift + c / scale) @ (scale * W) - (shift * scale) @ W; float64 keeps the subtraction
+        exact to ~1e-13 even where the mean is large against the spread.
+        """
+        f64 = np.float64
+        shift = self.shift.astype(f64) if self.normalize else np.zeros_like(self.shift, f64)
+        scale = self.scale.astype(f64) if self.normalize else np.ones_like(self.scale, f64)
+        w1, b1 = (x.astype(f64) for x in self.layers[0])
+        first = (scale[:, None] * w1, b1 - (shift * scale) @ w1)
+        rest = [(w.astype(f64), b.astype(f64)) for w, b in self.layers[1:]]
+        self.small = [first, *rest]
+        self.small_head = (self.head_w.astype(f64), self.head_b.astype(f64))
+        self.bounds = None
+        if self.clip is not None:
+            self.bounds = (shift - self.clip / scale, shift + self.clip / scale)
 
     def _input(self, obs: np.ndarray) -> np.ndarray:
         x = obs
@@ -146,8 +169,44 @@ class HostPolicy:
             np.maximum(x, -self.clip, out=x)
         return x
 
+    def _heads_small(self, obs: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_heads` in float64 for moderate widths, in few numpy calls into reused arrays.
+
+        `rows` >= the rows of `obs`: a single observation is computed as the first of two rows,
+        so it takes the matrix-product kernel every other batch size takes. Returns views of
+        arrays that the next call with the same `rows` overwrites.
+        """
+        assert self.small is not None
+        bufs = self._buffers.get(rows)
+        if bufs is None:
+            x = np.zeros((rows, self.shift.shape[0]), np.float64)
+            zs = [np.empty((rows, w.shape[1]), np.float64) for w, _ in self.small]
+            out = np.empty((rows, self.small_head[0].shape[1]), np.float64)
+            bufs = self._buffers[rows] = (x, zs, out, out[:, :-1], out[:, -1])
+        x, zs, out, heads, values = bufs
+        xv = x[: obs.shape[0]]
+        if self.bounds is not None:
+            np.minimum(obs, self.bounds[1], out=xv)
+            np.maximum(xv, self.bounds[0], out=xv)
+        else:
+            xv[...] = obs
+        h = x
+        for (w, b), z in zip(self.small, zs, strict=True):
+            np.matmul(h, w, out=z)
+            z += b
+            if self.activation is np.tanh:
+                np.tanh(z, out=z)
+            else:
+                z[...] = self.activation(z)
+            h = z
+        np.matmul(h, self.small_head[0], out=out)
+        out += self.small_head[1]
+        return heads, values
+
     def _heads(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(head outputs (B, A or 2A), values (B,)) of raw observations."""
+        """(head outputs (B, A or 2A), values (B,)) of raw observations (B >= 2)."""
+        if self.small is not None:
+            return self._heads_small(obs, obs.shape[0])
         x = self._input(obs)
         h = x
         for w, b in self.layers:
@@ -170,8 +229,10 @@ class HostPolicy:
     def value(self, obs: np.ndarray) -> np.ndarray:
         """State values (B,) of raw observations (B, obs_dim)."""
         if obs.shape[0] == 1:
+            if self.small is not None:
+                return self._heads_small(obs, 2)[1][:1].astype(np.float32)
             return self.value(np.concatenate([obs, obs]))[:1]
-        return self._heads(obs)[1]
+        return self._heads(obs)[1].astype(np.float32)
 
     def noise_terms(self, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(std * noise, log-prob) for a whole rollout's noise (..., A), when they do not depend
@@ -187,10 +248,15 @@ class HostPolicy:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`act` with the noise terms of `noise_terms`: action = mean + offset."""
         if obs.shape[0] == 1:  # as in `act`: two rows, so a row never depends on the batch
-            out, value = self._heads(np.concatenate([obs, obs]))
-            return out[:1, : self.act_dim] + offset, logprob, value[:1]
+            if self.small is not None:
+                out, value = self._heads_small(obs, 2)
+            else:
+                out, value = self._heads(np.concatenate([obs, obs]))
+            action = out[:1, : self.act_dim] + offset
+            return action.astype(np.float32), logprob, value[:1].astype(np.float32)
         out, value = self._heads(obs)
-        return out[:, : self.act_dim] + offset, logprob, value
+        action = out[:, : self.act_dim] + offset
+        return action.astype(np.float32), logprob, value.astype(np.float32)
 
     def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(action, log_prob, value) for raw observations (B, obs_dim) and sampling noise.
@@ -205,6 +271,7 @@ class HostPolicy:
             pair = self.act(np.concatenate([obs, obs]), np.concatenate([noise, noise]))
             return tuple(x[:1] for x in pair)  # type: ignore[return-value]
         out, value = self._heads(obs)
+        value = value.astype(np.float32)  # (a copy: `out` may be a reused array)
         A = self.act_dim
         if self.gaussian:
             mean = out[:, :A]
@@ -213,12 +280,9 @@ class HostPolicy:
                 action = mean + np.exp(log_std) * noise
                 logprob = -0.5 * (noise * noise).sum(-1) - (log_std + _LOG_SQRT_2PI).sum(-1)
             else:
-                action = self.std * noise
-                action += mean
-                logprob = (noise * noise).sum(-1)
-                logprob *= -0.5
-                logprob += self.log_norm
-            return action, logprob.astype(np.float32, copy=False), value
+                action = self.std * noise + mean
+                logprob = -0.5 * (noise * noise).sum(-1) + self.log_norm
+            return action.astype(np.float32), logprob.astype(np.float32), value
         logits = out - out.max(axis=-1, keepdims=True)
         log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
         cdf = np.cumsum(np.exp(log_probs), axis=-1)
