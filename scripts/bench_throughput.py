@@ -55,6 +55,8 @@ def settings_from_args(args: argparse.Namespace) -> dict:
             "value_clip": cfg.algorithm.value_clip,
             "huber_delta": cfg.algorithm.huber_delta,
             "max_grad_norm": cfg.optim.max_grad_norm,
+            "backend": cfg.env.backend,
+            "env_threads": cfg.env.threads,
         }
     return {
         "env": args.env,
@@ -72,6 +74,8 @@ def settings_from_args(args: argparse.Namespace) -> dict:
         "value_clip": None,
         "huber_delta": None,
         "max_grad_norm": 0.5,
+        "backend": args.backend,
+        "env_threads": args.env_threads,
     }
 
 
@@ -83,6 +87,8 @@ def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
             "env": {
                 "id": s["env"],
                 "num_envs": s["num_envs"],
+                "backend": s["backend"],
+                "threads": s["env_threads"],
                 "normalize_obs": True,
                 "normalize_reward": True,
             },
@@ -127,12 +133,17 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
         import numpy as np
 
         from embodied_ppo.config import EnvConfig
-        from embodied_ppo.envs import VecEnv
+        from embodied_ppo.envs import make_env, space_info
 
-        envs = VecEnv(EnvConfig(id=s["env"], num_envs=s["num_envs"]), seed=0)
+        env_cfg = EnvConfig(
+            id=s["env"], num_envs=s["num_envs"], backend=s["backend"], threads=s["env_threads"]
+        )
+        envs = make_env(env_cfg, seed=0)
         envs.reset()
         rng = np.random.default_rng(0)
-        low, high = envs.env.single_action_space.low, envs.env.single_action_space.high
+        info = space_info(env_cfg)
+        low = np.asarray(info.action_low, dtype=np.float32)
+        high = np.asarray(info.action_high, dtype=np.float32)
         actions = rng.uniform(
             low, high, size=(iterations + 1, s["rollout_steps"], s["num_envs"], low.shape[0])
         ).astype(np.float32)
@@ -254,6 +265,10 @@ def main() -> None:
     p.add_argument("--minibatch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
+    p.add_argument("--backend", default="sync", choices=["sync", "async", "envpool"])
+    p.add_argument(
+        "--env-threads", type=int, default=1, help="threads stepping the envs (sync backend)"
+    )
     p.add_argument("--config", help="take every setting from this embodied-ppo config instead")
     p.add_argument(
         "--iterations", type=int, default=3, help="measured iterations per contender and round"
@@ -324,8 +339,20 @@ def main() -> None:
         ratios["ours_train / sb3_train"] = med["ours_train"] / med["sb3_train"]
     if "ours_collect" in med and "raw_env" in med:
         ratios["ours_collect / raw_env"] = med["ours_collect"] / med["raw_env"]
+    # Per-round ratios pair contenders measured seconds apart: robust to slow drift of the machine.
+    pairs = {"ours_train / sb3_train": ("ours_train", "sb3_train")}
+    pairs["ours_collect / raw_env"] = ("ours_collect", "raw_env")
+    per_round = {
+        k: [x / y for x, y in zip(results[a], results[b], strict=True)]
+        for k, (a, b) in pairs.items()
+        if a in results and b in results
+    }
     for k, v in ratios.items():
-        print(f"{k:26s} {v:6.2f}")
+        r = per_round[k]
+        print(
+            f"{k:26s} {v:6.2f}   per round: median {statistics.median(r):.2f}, "
+            f"range {min(r):.2f}-{max(r):.2f}"
+        )
     if args.json:
         Path(args.json).write_text(
             json.dumps(
@@ -335,6 +362,7 @@ def main() -> None:
                     "steps_per_s": results,
                     "median": med,
                     "ratios": ratios,
+                    "per_round_ratios": per_round,
                 },
                 indent=2,
             )
