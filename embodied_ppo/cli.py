@@ -20,6 +20,7 @@ RESUMABLE_KEYS = {
     "trainer.checkpoint_interval",
     "trainer.device",
     "trainer.torch_threads",
+    "env.threads",
     "trainer.eval_interval",
     "trainer.eval_episodes",
     "trainer.video_interval",

@@ -184,25 +184,37 @@ class Collector:
             )
         host = HostPolicy(self.policy) if self.inference == "host" else None
         obs_np = self.obs.cpu().numpy()
+        terms = None
         if host is not None:
             noise = noise_t.numpy()
             terms = host.noise_terms(noise)
+        # Straight into the staging arrays: state-independent noise terms, one forward per step.
+        direct = host is not None and terms is not None and self.micro_batch >= N
+        if direct:
+            st["logprobs"][:] = terms[1]
         else:
             noise_dev = noise_t.to(self.device)
             obs_t = self.obs.to(self.device)
         done = np.zeros(N, dtype=bool)  # episodic: env finished its episode
         steps = T
         for t in range(T):
-            if host is not None:
-                action, logprob, value = self._act_host(
-                    host, obs_np, noise[t], None if terms is None else (terms[0][t], terms[1][t])
-                )
-            else:
-                action, logprob, value = self._act_device(obs_t, noise_dev[t])
             st["obs"][t] = obs_np
-            st["actions"][t] = action
-            st["logprobs"][t] = logprob
-            st["values"][t] = value
+            if direct:
+                action = st["actions"][t]
+                host.act_into(obs_np, terms[0][t], action, st["values"][t])
+            else:
+                if host is not None:
+                    action, logprob, value = self._act_host(
+                        host,
+                        obs_np,
+                        noise[t],
+                        None if terms is None else (terms[0][t], terms[1][t]),
+                    )
+                else:
+                    action, logprob, value = self._act_device(obs_t, noise_dev[t])
+                st["actions"][t] = action
+                st["logprobs"][t] = logprob
+                st["values"][t] = value
 
             res = self.envs.step(action)
             st["rewards"][t] = res.reward
