@@ -36,8 +36,13 @@ from embodied_ppo.modules.host_policy import HOST_ACTIVATIONS, host_supported
 from embodied_ppo.ppo import NonFiniteError, PPOUpdate, adapt_learning_rate
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-_ACT_NAMES = {nn.Tanh: "tanh", nn.ReLU: "relu", nn.ELU: "elu", nn.SiLU: "silu"}
-_ACT_NAMES[nn.LeakyReLU] = "leaky_relu"
+_ACT_NAMES: dict[type[nn.Module], str] = {
+    nn.Tanh: "tanh",
+    nn.ReLU: "relu",
+    nn.ELU: "elu",
+    nn.SiLU: "silu",
+    nn.LeakyReLU: "leaky_relu",
+}
 
 
 def pick_update(
@@ -85,14 +90,19 @@ def _clamp_pass(x: np.ndarray, low: float, high: float) -> np.ndarray:
 
 
 class _Layer:
-    """One Linear + activation with views of its weight, bias and their gradients."""
+    """One Linear (+ activation) with views of its weight, bias and their gradients."""
 
-    def __init__(self, w, b, gw, gb, act: str | None) -> None:
-        self.w, self.b, self.gw, self.gb, self.act = w, b, gw, gb, act
-        self.fn = None if act is None else HOST_ACTIVATIONS[_ACT_TYPES[act]]
-
-
-_ACT_TYPES = {v: k for k, v in _ACT_NAMES.items()}
+    def __init__(
+        self,
+        w: np.ndarray,
+        b: np.ndarray,
+        gw: np.ndarray,
+        gb: np.ndarray,
+        activation: type[nn.Module] | None,
+    ) -> None:
+        self.w, self.b, self.gw, self.gb = w, b, gw, gb
+        self.act = None if activation is None else _ACT_NAMES[activation]
+        self.fn = None if activation is None else HOST_ACTIVATIONS[activation]
 
 
 class HostUpdate(PPOUpdate):
@@ -124,7 +134,7 @@ class HostUpdate(PPOUpdate):
             lo, hi = self.offsets[i], self.offsets[i + 1]
             return self.flat[lo:hi].reshape(p.shape), self.grad[lo:hi].reshape(p.shape)
 
-        def linear(lin: nn.Linear, act: str | None) -> _Layer:
+        def linear(lin: nn.Linear, act: type[nn.Module] | None) -> _Layer:
             (w, gw), (b, gb) = views(lin.weight), views(lin.bias)
             return _Layer(w, b, gw, gb, act)
 
@@ -132,7 +142,7 @@ class HostUpdate(PPOUpdate):
             if seq is None:
                 return None
             mods = list(seq)
-            return [linear(mods[i], _ACT_NAMES[type(mods[i + 1])]) for i in range(0, len(mods), 2)]
+            return [linear(mods[i], type(mods[i + 1])) for i in range(0, len(mods), 2)]
 
         self.actor = backbone(policy.actor_backbone)
         self.critic = backbone(policy.critic_backbone)
@@ -441,18 +451,22 @@ class HostUpdate(PPOUpdate):
         kl_sum = a.early_stop_kl is not None or o.schedule == "adaptive"
         try:
             for epoch in range(a.update_epochs):
-                for k, idx_t in enumerate(self._minibatches(size, num_steps, torch.device("cpu"))):
-                    idx = idx_t.numpy()
-                    w = self._weights(mask_all[idx], num_steps)
-                    loss, mb = self._step(
-                        x_all[idx],
-                        actions_all[idx],
-                        fields["logprobs"][idx],
-                        fields["advantages"][idx],
-                        fields["values"][idx],
-                        fields["returns"][idx],
-                        w,
-                    )
+                # The epoch's minibatches partition the batch: gather it once in their order,
+                # then every minibatch is a contiguous slice.
+                parts = [t.numpy() for t in self._minibatches(size, num_steps, torch.device("cpu"))]
+                order = np.concatenate(parts)
+                ep = [
+                    x_all[order],
+                    actions_all[order],
+                    *(fields[f][order] for f in ("logprobs", "advantages", "values", "returns")),
+                ]
+                ep_mask = mask_all[order]
+                start = 0
+                for k, part in enumerate(parts):
+                    mb_rows = slice(start, start + part.shape[0])
+                    start += part.shape[0]
+                    w = self._weights(ep_mask[mb_rows], num_steps)
+                    loss, mb = self._step(*(f[mb_rows] for f in ep), w)
                     if self.reduce is not None:
                         sums = self._all_reduce([loss, mb["approx_kl"]])
                         loss = sums[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied_ppo.advantages import gae, masked_normalize
+from embodied_ppo.advantages import gae, linear_scan, masked_normalize
 
 G, L = 0.9, 0.8
 
@@ -97,3 +97,26 @@ def test_normalize_uses_population_statistics():
     y = masked_normalize(x, torch.ones_like(x))
     assert y.mean().abs() < 1e-6
     assert y.std(correction=0) == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 100, 2048])
+def test_gae_scan_equals_the_backward_loop(T):
+    g = torch.Generator().manual_seed(T)
+    rewards, values, next_values = (torch.randn(T, 3, generator=g) for _ in range(3))
+    terminated = (torch.rand(T, 3, generator=g) < 0.02).float()
+    ends = torch.maximum(terminated, (torch.rand(T, 3, generator=g) < 0.02).float())
+    adv, ret = gae(rewards, values, next_values, terminated, ends, 0.99, 0.95)
+    expected, last = torch.zeros(T, 3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    for t in range(T - 1, -1, -1):
+        delta = rewards[t] + 0.99 * (1 - terminated[t]) * next_values[t] - values[t]
+        last = delta.double() + 0.99 * 0.95 * (1 - ends[t].double()) * last
+        expected[t] = last
+    assert torch.allclose(adv.double(), expected, atol=1e-5)
+    assert torch.allclose(ret, adv + values)
+
+
+def test_linear_scan_with_a_start_value():
+    coef = torch.tensor([0.5, 2.0, 0.0, 3.0], dtype=torch.float64)
+    inputs = torch.tensor([1.0, 1.0, 4.0, -1.0], dtype=torch.float64)
+    # x0 = 0.5*10 + 1 = 6; x1 = 2*6 + 1 = 13; x2 = 0*13 + 4 = 4; x3 = 3*4 - 1 = 11
+    assert linear_scan(coef, inputs, 10.0).tolist() == [6.0, 13.0, 4.0, 11.0]

@@ -7,6 +7,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from embodied_ppo.advantages import linear_scan
+
 
 class RunningMeanStd(nn.Module):
     """Exact running mean and variance over every row seen, kept as float64 buffers.
@@ -121,24 +123,12 @@ def discounted_scan(
 ) -> torch.Tensor:
     """Running discounted returns G_t = gamma * keep_{t-1} * G_{t-1} + r_t over a (T, N) rollout.
 
-    G_{-1} = `start`; keep_t is 0 where an episode ended at step t (its return restarts). Computed
-    as a parallel prefix scan of the affine maps G -> a_t G + r_t (log2(T) rounds of whole-array
-    operations) instead of T sequential steps.
+    G_{-1} = `start`; keep_t is 0 where an episode ended at step t (its return restarts).
     """
-    T = rewards.shape[0]
-    a = torch.empty_like(rewards)
-    a[0] = gamma
-    a[1:] = gamma * keep[:-1]
-    b = rewards.clone()
-    b[0] += a[0] * start
-    a[0] = 0.0
-    shift = 1
-    while shift < T:
-        # Compose each map with the one `shift` steps earlier: (a2, b2) o (a1, b1).
-        b[shift:] = b[shift:] + a[shift:] * b[:-shift]
-        a[shift:] = a[shift:] * a[:-shift]
-        shift *= 2
-    return b
+    coef = torch.empty_like(rewards)
+    coef[0] = gamma
+    coef[1:] = gamma * keep[:-1]
+    return linear_scan(coef, rewards, start)
 
 
 class RewardScaler(nn.Module):
