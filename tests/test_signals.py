@@ -147,10 +147,11 @@ def test_cli_sigterm_to_the_job_with_async_envs_stops_gracefully_with_143(tmp_pa
 
 def test_cli_second_sigint_stops_at_once(tmp_path):
     run = tmp_path / "run"
-    # Big enough that an iteration outlasts the two signals.
+    # Big enough that an iteration (about 1.5 s here) outlasts the two signals.
     proc = _start(
         "configs/cartpole.yaml",
         *LONG,
+        "model.hidden_sizes=[256,256]",
         "algorithm.rollout_steps=2048",
         "algorithm.minibatch_size=4096",
         "algorithm.update_epochs=50",
