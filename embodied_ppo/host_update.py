@@ -460,12 +460,12 @@ class HostUpdate(PPOUpdate):
                     actions_all[order],
                     *(fields[f][order] for f in ("logprobs", "advantages", "values", "returns")),
                 ]
-                ep_mask = mask_all[order]
+                sizes = [part.shape[0] for part in parts]
+                weights = self._epoch_weights(mask_all[order], sizes, num_steps)
                 start = 0
-                for k, part in enumerate(parts):
-                    mb_rows = slice(start, start + part.shape[0])
-                    start += part.shape[0]
-                    w = self._weights(ep_mask[mb_rows], num_steps)
+                for k, (size_k, w) in enumerate(zip(sizes, weights, strict=True)):
+                    mb_rows = slice(start, start + size_k)
+                    start += size_k
                     loss, mb = self._step(*(f[mb_rows] for f in ep), w)
                     if self.reduce is not None:
                         sums = self._all_reduce([loss, mb["approx_kl"]])
@@ -514,24 +514,34 @@ class HostUpdate(PPOUpdate):
             x = np.clip(x, -norm.clip, norm.clip)
         return np.ascontiguousarray(x, dtype=np.float32)
 
-    def _weights(self, mask: np.ndarray, seq_len: int) -> np.ndarray:
-        """`ppo.aggregation_weights` in numpy (float32 like the torch path)."""
+    def _epoch_weights(self, mask: np.ndarray, sizes: list[int], seq_len: int) -> list[np.ndarray]:
+        """`ppo.aggregation_weights` (float32) of each minibatch of an epoch.
+
+        `mask` holds the epoch's minibatches back to back (`sizes` rows each). In a distributed
+        run the denominators of all of them are summed over the ranks in one all-reduce.
+        """
         mode = self.algo.loss_agg_func
-
-        def total(x: float) -> np.float32:
-            if self.reduce is not None:
-                x = float(self.reduce(torch.tensor([x], dtype=torch.float32))[0])
-            return np.float32(max(x, 1.0))
-
         mask = mask.astype(np.float32)
+        bounds = np.cumsum([0, *sizes])
+        chunks = [mask[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
         if mode == "token-mean":
-            return mask / total(float(mask.sum()))
-        seqs = mask.reshape(-1, seq_len)
-        lengths = seqs.sum(axis=1, keepdims=True)
-        num_seqs = total(float((lengths > 0).sum()))
+            counts = [float(c.sum()) for c in chunks]
+        else:
+            seqs = [c.reshape(-1, seq_len) for c in chunks]
+            lengths = [q.sum(axis=1, keepdims=True) for q in seqs]
+            counts = [float((n > 0).sum()) for n in lengths]
+        if self.reduce is not None:
+            summed = self.reduce(torch.tensor(counts, dtype=torch.float32))
+            counts = summed.tolist()
+        totals = [np.float32(max(c, 1.0)) for c in counts]
+        if mode == "token-mean":
+            return [c / t for c, t in zip(chunks, totals, strict=True)]
         if mode == "seq-mean-token-sum":
-            return (seqs / num_seqs).reshape(-1)
-        return (seqs / (np.maximum(lengths, 1.0) * num_seqs)).reshape(-1)
+            return [(q / t).reshape(-1) for q, t in zip(seqs, totals, strict=True)]
+        return [
+            (q / (np.maximum(n, 1.0) * t)).reshape(-1)
+            for q, n, t in zip(seqs, lengths, totals, strict=True)
+        ]
 
     def _all_reduce(self, extra: list[float]) -> list[float]:
         """Sum the gradient and a few scalars over the ranks in one all-reduce."""
