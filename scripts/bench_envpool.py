@@ -1,9 +1,9 @@
-"""Raw environment throughput of the env backends: envpool vs gymnasium sync vs async.
+"""Raw environment throughput of the env backends: envpool vs sync (1 and 2 threads) vs async.
 
 Random actions (drawn before timing), no policy: env steps per second of `envs.step` through our
 wrappers (`make_env`: what the collector sees, SAME_STEP resets and statistics included) and, for
-reference, of the libraries alone (envpool's `step` with its NEXT_STEP resets; gymnasium's vector
-env). Every measurement runs in a fresh subprocess and the contenders alternate round by round, so
+reference, of the vector envs alone (envpool's `step` with its NEXT_STEP resets; our serial
+vector env behind the sync backend). Every measurement runs in a fresh subprocess and the contenders alternate round by round, so
 drift in the machine's load hits all of them alike; the tables give medians over rounds (steps per
 wall-clock second and per CPU second) and the 1-minute load average seen around each round.
 
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTENDERS = ("envpool", "sync", "async", "envpool_lib", "sync_lib")
+CONTENDERS = ("envpool", "sync", "sync_threads", "async", "envpool_lib", "sync_lib")
 
 
 def measure(contender: str, env_id: str, num_envs: int, steps: int) -> tuple[float, float]:
@@ -38,8 +38,11 @@ def measure(contender: str, env_id: str, num_envs: int, steps: int) -> tuple[flo
     from embodied_ppo.config import from_dict
     from embodied_ppo.envs import make_env
 
-    backend = contender.removesuffix("_lib")
-    cfg = from_dict({"env": {"id": env_id, "num_envs": num_envs, "backend": backend}}).env
+    backend = contender.removesuffix("_lib").removesuffix("_threads")
+    threads = 2 if contender == "sync_threads" else 1
+    cfg = from_dict(
+        {"env": {"id": env_id, "num_envs": num_envs, "backend": backend, "threads": threads}}
+    ).env
     envs = make_env(cfg, seed=0)
     envs.reset()
     actions = [envs.sample_actions() for _ in range(steps)]
