@@ -1,0 +1,38 @@
+"""The README's configuration reference lists every key the config accepts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from embodied_ppo import config as C
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+BLOCKS = {
+    "env": C.EnvConfig,
+    "model": C.ModelConfig,
+    "algorithm": C.AlgorithmConfig,
+    "optim": C.OptimConfig,
+    "trainer": C.TrainerConfig,
+}
+
+
+def _section(block: str) -> str:
+    start = README.index(f"### `{block}:`")
+    end = README.find("\n### ", start + 1)
+    return README[start : end if end != -1 else len(README)]
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_every_config_key_has_a_row_in_its_readme_section(block):
+    section = _section(block)
+    missing = []
+    for f in dataclasses.fields(BLOCKS[block]):
+        if f.name == "kl_ctrl":
+            names = [f"kl_ctrl.{g.name}" for g in dataclasses.fields(C.KLCtrlConfig)]
+        else:
+            names = [f.name]
+        missing += [n for n in names if f"| `{n}` |" not in section]
+    assert not missing, f"README's `{block}:` table lacks {missing}"
