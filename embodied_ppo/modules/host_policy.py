@@ -208,23 +208,20 @@ class HostPolicy:
         if self.small is not None:
             return self._heads_small(obs, obs.shape[0])
         x = self._input(obs)
-        h = x
-        for w, b in self.layers:
-            h = h @ w
-            h += b
-            h = self.activation(h)
-        out = h @ self.head_w
+        out = self._mlp(x, self.layers) @ self.head_w
         out += self.head_b
         if self.critic is None:
             return out[:, :-1], out[:, -1]
-        c = x
-        for w, b in self.critic:
-            c = c @ w
-            c += b
-            c = self.activation(c)
-        value = c @ self.value_w
+        value = self._mlp(x, self.critic) @ self.value_w
         value += self.value_b
         return out, value[:, 0]
+
+    def _mlp(self, x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        for w, b in layers:
+            x = x @ w
+            x += b
+            x = self.activation(x)
+        return x
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """State values (B,) of raw observations (B, obs_dim)."""
