@@ -16,15 +16,26 @@ from embodied_ppo.modules.host_policy import HostPolicy, host_supported
 @pytest.mark.parametrize("kind", ["gaussian", "categorical"])
 @pytest.mark.parametrize("activation", ["tanh", "relu", "elu", "silu", "leaky_relu"])
 @pytest.mark.parametrize("share, sde", [(True, False), (False, False), (False, True)])
-def test_host_policy_matches_torch(kind, activation, share, sde):
+@pytest.mark.parametrize("hidden", [[32, 16], [160, 144]])  # fused float64 / wide float32 path
+def test_host_policy_matches_torch(kind, activation, share, sde, hidden):
     torch.manual_seed(0)
     ac = ActorCritic(
-        spec(kind, activation=activation, share_backbone=share, state_dependent_std=sde)
+        spec(
+            kind,
+            activation=activation,
+            share_backbone=share,
+            state_dependent_std=sde,
+            hidden_sizes=hidden,
+        )
     )
     # Non-trivial weights and normalizer statistics.
     with torch.no_grad():
         for p in ac.parameters():
             p.add_(0.3 * torch.randn_like(p))
+        if ac.state_dependent_std:
+            # Keep the std above ~1e-3: with a std of e^-10 torch's own log_prob of
+            # mean + std * noise loses the noise to float32 rounding of the action.
+            ac.log_std_head.weight.mul_(0.1)
     ac.obs_normalizer.update(torch.randn(200, 5) * 4 + 2)
     host = HostPolicy(ac)
     obs = torch.randn(7, 5) * 5
@@ -102,3 +113,24 @@ def test_precomputed_noise_terms_give_the_same_samples(rows):
     sde = HostPolicy(ActorCritic(spec("gaussian", share_backbone=False, state_dependent_std=True)))
     assert sde.noise_terms(noise) is None
     assert HostPolicy(ActorCritic(spec("categorical"))).noise_terms(noise[..., 0]) is None
+
+
+@pytest.mark.parametrize(
+    "normalize, clip", [(False, None), (False, 2.0), (True, None), (True, 0.5)]
+)
+@pytest.mark.parametrize("hidden", [[32, 16], [160]])
+def test_host_policy_normalizer_settings(normalize, clip, hidden):
+    torch.manual_seed(1)
+    ac = ActorCritic(
+        spec(share_backbone=False, normalize_obs=normalize, clip_obs=clip, hidden_sizes=hidden)
+    )
+    ac.obs_normalizer.update(torch.randn(300, 5) * 3 + 5)  # a mean far from 0
+    host = HostPolicy(ac)
+    obs = torch.randn(6, 5) * 6 + 5  # some entries beyond the clip bounds
+    noise = ac.sample_noise(6, torch.device("cpu"))
+    with torch.no_grad():
+        a, lp, v = ac.act(obs, noise)
+    ha, hlp, hv = host.act(obs.numpy(), noise.numpy())
+    assert np.allclose(ha, a.numpy(), atol=1e-5)
+    assert np.allclose(hlp, lp.numpy(), atol=1e-4)
+    assert np.allclose(hv, v.numpy(), atol=1e-5)
