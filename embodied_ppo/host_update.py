@@ -31,6 +31,7 @@ from torch import nn
 
 from embodied_ppo import blas, distributed
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
+from embodied_ppo.errors import ConfigError
 from embodied_ppo.modules.actor_critic import LOG_STD_MAX, LOG_STD_MIN, ActorCritic
 from embodied_ppo.modules.host_policy import HOST_ACTIVATIONS, host_supported
 from embodied_ppo.ppo import NonFiniteError, PPOUpdate, adapt_learning_rate
@@ -59,7 +60,9 @@ def pick_update(
     elif compile:
         why_not = "trainer.compile applies to the torch path"
     if mode == "host" and why_not is not None:
-        raise ValueError(f"trainer.update: 'host' is not possible here: {why_not}")
+        raise ConfigError(
+            f"trainer.update: 'host' is not possible here: {why_not}; use auto or torch"
+        )
     if mode == "auto":
         return "torch" if why_not is not None else "host"
     return mode

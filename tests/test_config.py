@@ -146,6 +146,24 @@ def test_resolved_yaml_round_trips(tmp_path):
         ({"trainer": {"total_steps": 0}}, "trainer.total_steps: got 0"),
         ({"env": {"id": None}}, "env.id: required"),
         ({"algorithm": 3}, "algorithm: got 3, expected a mapping"),
+        ({"env": {"threads": 0}}, "env.threads: got 0, expected an integer >= 1"),
+        (
+            {"env": {"threads": 2, "backend": "async"}},
+            "env.threads: got 2 with backend 'async'",
+        ),
+        ({"trainer": {"update": "numpy"}}, "trainer.update: got 'numpy', allowed: auto | host"),
+        (
+            {"trainer": {"update": "host", "compile": True}},
+            "trainer.update: got 'host', which has no KL loss and no torch.compile",
+        ),
+        (
+            {"trainer": {"update": "host", "device": "cuda"}},
+            "trainer.update: got 'host', which runs on the CPU only",
+        ),
+        (
+            {"trainer": {"update": "host"}, "model": {"activation": "gelu"}},
+            "trainer.update: got 'host', which does not support model.activation 'gelu'",
+        ),
     ],
 )
 def test_config_errors_name_key_value_and_allowed(data, fragment):

@@ -11,6 +11,7 @@ from test_modules import spec
 from test_ppo import random_batch
 
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
+from embodied_ppo.errors import ConfigError
 from embodied_ppo.host_update import HostUpdate, make_updater, pick_update
 from embodied_ppo.losses import ppo_loss
 from embodied_ppo.modules import ActorCritic
@@ -235,7 +236,7 @@ def test_pick_update(mode, device, kw, expected):
 
 def test_host_update_refuses_what_it_cannot_do():
     policy = ActorCritic(spec(activation="gelu"))
-    with pytest.raises(ValueError, match="host"):
+    with pytest.raises(ConfigError, match="trainer.update: 'host' is not possible"):
         pick_update("host", policy, torch.device("cpu"), AlgorithmConfig(), False)
     optim = OptimConfig()
     upd = make_updater(
