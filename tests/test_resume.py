@@ -108,6 +108,8 @@ def _straight_then_resumed(tmp_path, cfg, half: int):
         # Short episodes, so that the envs reset (drawing from their own RNGs) on both sides of
         # the checkpoint; observation and reward normalization are on.
         ("Hopper-v5", {"max_episode_steps": 20}),
+        # The same with the envs stepped by two threads (the straight run too).
+        ("Hopper-v5", {"max_episode_steps": 20, "threads": 2}),
     ],
 )
 def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, env_id, env):
