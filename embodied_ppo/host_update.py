@@ -120,8 +120,15 @@ class HostUpdate(PPOUpdate):
         generator: torch.Generator,
     ) -> None:
         super().__init__(policy, algo, optim, optimizer, generator)
-        if not isinstance(optimizer, torch.optim.Adam):
-            raise ValueError("the host update implements Adam only")
+        group = optimizer.param_groups[0]
+        if (
+            not isinstance(optimizer, torch.optim.Adam)
+            or len(optimizer.param_groups) != 1
+            or group["weight_decay"]
+            or group["amsgrad"]
+            or group["maximize"]
+        ):
+            raise ValueError("the host update implements plain Adam (one group) only")
         self.params = [p for p in policy.parameters() if p.requires_grad]
         sizes = [p.numel() for p in self.params]
         self.offsets = np.cumsum([0, *sizes])
@@ -411,8 +418,9 @@ class HostUpdate(PPOUpdate):
     # ------------------------------------------------------------------ the update
 
     def _adam(self, lr: float) -> None:
-        b1, b2 = self.optimizer.defaults["betas"]
-        eps = self.optimizer.defaults["eps"]
+        group = self.optimizer.param_groups[0]
+        b1, b2 = group["betas"]
+        eps = group["eps"]
         self.step_count += 1
         t = self.step_count
         g, m, v = self.grad, self.exp_avg, self.exp_avg_sq

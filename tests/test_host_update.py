@@ -250,3 +250,11 @@ def test_host_update_refuses_what_it_cannot_do():
         False,
     )
     assert type(upd) is PPOUpdate
+
+
+@pytest.mark.parametrize("kw", [{"weight_decay": 0.01}, {"amsgrad": True}])
+def test_host_update_refuses_adam_variants_it_does_not_implement(kw):
+    policy = ActorCritic(spec())
+    opt = torch.optim.Adam(policy.parameters(), **kw)
+    with pytest.raises(ValueError, match="plain Adam"):
+        HostUpdate(policy, AlgorithmConfig(), OptimConfig(), opt, torch.Generator())
