@@ -510,7 +510,9 @@ class HostUpdate(PPOUpdate):
                 values = np.array([r[name] for r in records], dtype=np.float64)
                 reduced = name == "grad_norm" or (name == "approx_kl" and kl_sum)
                 if self.reduce is not None and not reduced:
-                    values = self.reduce(torch.from_numpy(values)).numpy()
+                    values = self.reduce(
+                        torch.tensor(values)
+                    ).numpy()  # torch-owned: see _all_reduce
                 out[name] = float(values.mean())
         out["num_gradient_steps"] = float(len(records))
         out["early_stopped"] = float(stopped)
@@ -556,10 +558,16 @@ class HostUpdate(PPOUpdate):
 
     def _all_reduce(self, extra: list[float]) -> list[float]:
         """Sum the gradient and a few scalars over the ranks in one all-reduce."""
-        packed = torch.from_numpy(np.concatenate([self.grad, np.array(extra, np.float32)]))
-        distributed.all_reduce_sum(packed, "the gradient all-reduce")
+        # A tensor that owns its memory: one made by torch.from_numpy keeps a reference to a
+        # Python object, and Gloo's threads may release their last reference to the tensor
+        # after the interpreter has begun to shut down (which aborts the process).
         n = self.grad.shape[0]
-        self.grad[...] = packed[:n].numpy()
+        packed = torch.empty(n + len(extra), dtype=torch.float32)
+        view = packed.numpy()
+        view[:n] = self.grad
+        view[n:] = extra
+        distributed.all_reduce_sum(packed, "the gradient all-reduce")
+        self.grad[...] = view[:n]
         return [float(v) for v in packed[n:]]
 
 
