@@ -403,6 +403,9 @@ class Trainer:
             self.envs.close()
             if self.evaluator is not None:
                 self.evaluator.close()
+        # The processes of a distributed run leave training together, so that none tears
+        # down its process group (at exit) while another is still communicating.
+        distributed.barrier()
         return {
             "global_step": self.global_step,
             "iteration": self.iteration,
