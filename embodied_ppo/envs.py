@@ -374,6 +374,8 @@ def step_result(
     `ep_return` / `ep_length` (N,) already include this step and are updated in place.
     """
     ended = np.flatnonzero(term | trunc)
+    if not ended.size:  # the common step: no episode ended
+        return StepResult(obs, reward, term, trunc, final_obs, [], [], [])
     rets, lens = ep_return[ended].tolist(), ep_length[ended].tolist()
     ep_return[ended] = 0.0
     ep_length[ended] = 0
@@ -437,8 +439,7 @@ class VecEnv:
         term, trunc = np.array(term, dtype=bool), np.array(trunc, dtype=bool)
         ended = term | trunc
         final_obs = obs  # rows are only meaningful where an episode ended
-        any_ended = bool(ended.any())
-        if any_ended:
+        if ended.any():
             final_obs = obs.copy()
             mask = info.get("_final_obs", ended)
             for i in np.flatnonzero(mask):
@@ -452,8 +453,6 @@ class VecEnv:
         self.steps += 1
         self._ep_return += reward
         self._ep_length += 1
-        if not any_ended:
-            return StepResult(obs, reward, term, trunc, final_obs, [], [], [])
         return step_result(obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length)
 
     def sample_actions(self) -> np.ndarray:
