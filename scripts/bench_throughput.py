@@ -2,7 +2,9 @@
 
 Every contender runs in its own fresh subprocess (so thread settings of one cannot leak into
 another) and the contenders alternate round by round, so drift of the machine hits all of them
-alike. The table reports the median steps/s over rounds and the ratios that matter:
+alike. The raw env and our collection share one subprocess per round and alternate rollout by
+rollout there, on the same envs (each rollout continues the episodes the other left): drift
+within a round cancels, and so do differences of simulation cost between physical states. The table reports the median steps/s over rounds and the ratios that matter:
 
     ours_train / sb3_train      full training, identical hyperparameters
     ours_collect / raw_env      how close collection gets to the simulator's own limit
@@ -123,53 +125,86 @@ def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
 # ----------------------------------------------------------------------------- workers
 
 
+def raw_rollouts(s: dict, iterations: int, collector=None):
+    """A function running one raw rollout (the vector env stepped with uniformly random
+    actions; the collector's env when given, its next observation then updated)."""
+    import numpy as np
+    import torch
+
+    from embodied_ppo import blas
+    from embodied_ppo.config import EnvConfig
+    from embodied_ppo.envs import make_env, space_info
+
+    env_cfg = EnvConfig(
+        id=s["env"], num_envs=s["num_envs"], backend=s["backend"], threads=s["env_threads"]
+    )
+    if collector is None:
+        envs = make_env(env_cfg, seed=0)
+        envs.reset()
+    else:
+        envs = collector.envs
+    rng = np.random.default_rng(0)
+    info = space_info(env_cfg)
+    low = np.asarray(info.action_low, dtype=np.float32)
+    high = np.asarray(info.action_high, dtype=np.float32)
+    actions = rng.uniform(
+        low, high, size=(iterations + 1, s["rollout_steps"], s["num_envs"], low.shape[0])
+    ).astype(np.float32)
+    done = iter(range(iterations + 1))
+
+    def rollout() -> None:
+        rows = actions[next(done)]
+        with blas.limit(1):  # as during collection
+            for t in range(s["rollout_steps"]):
+                res = envs.step(rows[t])
+        if collector is not None:
+            collector.obs = torch.from_numpy(res.obs.copy()).to(collector.obs.device)
+
+    return rollout
+
+
 def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
-    """Measure one contender in this process; returns steps and seconds (after a warm-up)."""
+    """Measure one contender in this process; returns steps and seconds (after a warm-up).
+
+    `collect_pair` measures raw_env and ours_collect in one process, alternating rollout by
+    rollout, so machine drift cancels within the pair; it returns both.
+    """
     import tempfile
 
     sys.path.insert(0, str(ROOT))
     batch = s["rollout_steps"] * s["num_envs"]
     if name == "raw_env":
-        import numpy as np
-
-        from embodied_ppo.config import EnvConfig
-        from embodied_ppo.envs import make_env, space_info
-
-        env_cfg = EnvConfig(
-            id=s["env"], num_envs=s["num_envs"], backend=s["backend"], threads=s["env_threads"]
-        )
-        envs = make_env(env_cfg, seed=0)
-        envs.reset()
-        rng = np.random.default_rng(0)
-        info = space_info(env_cfg)
-        low = np.asarray(info.action_low, dtype=np.float32)
-        high = np.asarray(info.action_high, dtype=np.float32)
-        actions = rng.uniform(
-            low, high, size=(iterations + 1, s["rollout_steps"], s["num_envs"], low.shape[0])
-        ).astype(np.float32)
-        for t in range(s["rollout_steps"]):  # warm-up
-            envs.step(actions[0, t])
+        rollout = raw_rollouts(s, iterations)
+        rollout()  # warm-up
         start = time.perf_counter()
-        for i in range(1, iterations + 1):
-            for t in range(s["rollout_steps"]):
-                envs.step(actions[i, t])
+        for _ in range(iterations):
+            rollout()
         elapsed = time.perf_counter() - start
-        envs.close()
         return {"steps": iterations * batch, "seconds": elapsed}
-    if name in ("ours_collect", "ours_train"):
+    if name in ("ours_collect", "ours_train", "collect_pair"):
         from embodied_ppo.trainer import Trainer
 
         with tempfile.TemporaryDirectory() as tmp:
             cfg = ours_config(s, iterations + 1, str(Path(tmp) / "run"), threads)
             trainer = Trainer(cfg, Path(tmp) / "run", progress_stream=open(os.devnull, "w"))  # noqa: SIM115
-            if name == "ours_collect":
-                trainer.collector.collect()  # warm-up
-                start = time.perf_counter()
+            if name in ("ours_collect", "collect_pair"):
+                runs = {"ours_collect": trainer.collector.collect}
+                if name == "collect_pair":  # the same envs, continuing where the other left
+                    runs["raw_env"] = raw_rollouts(s, iterations, trainer.collector)
+                seconds = dict.fromkeys(runs, 0.0)
+                for run in runs.values():  # warm-up
+                    run()
                 for _ in range(iterations):
-                    trainer.collector.collect()
-                elapsed = time.perf_counter() - start
+                    for key, run in runs.items():
+                        start = time.perf_counter()
+                        run()
+                        seconds[key] += time.perf_counter() - start
                 trainer.envs.close()
-                return {"steps": iterations * batch, "seconds": elapsed}
+                if name == "collect_pair":
+                    return {
+                        k: {"steps": iterations * batch, "seconds": v} for k, v in seconds.items()
+                    }
+                return {"steps": iterations * batch, "seconds": seconds["ours_collect"]}
             # Full training: time iterations 2..N+1 from the per-iteration metrics.
             trainer.train()
             records = [
@@ -285,7 +320,7 @@ def main() -> None:
     )
     p.add_argument("--only", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     p.add_argument("--json", default=None, help="write the results here")
-    p.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=(*CONTENDERS, "collect_pair"), help=argparse.SUPPRESS)
     p.add_argument("--settings", help=argparse.SUPPRESS)
     args = p.parse_args()
 
@@ -296,8 +331,13 @@ def main() -> None:
 
     s = settings_from_args(args)
     results: dict[str, list[float]] = {c: [] for c in args.only}
+    workers = [c for c in args.only if c not in ("raw_env", "ours_collect")]
+    if "raw_env" in args.only and "ours_collect" in args.only:
+        workers.insert(0, "collect_pair")
+    else:
+        workers[:0] = [c for c in args.only if c in ("raw_env", "ours_collect")]
     for r in range(args.rounds):
-        for c in args.only:
+        for c in workers:
             cmd = [
                 sys.executable,
                 __file__,
@@ -316,10 +356,12 @@ def main() -> None:
             if out.returncode != 0:
                 sys.exit(f"{c} failed:\n{out.stderr}")
             m = json.loads(out.stdout.strip().splitlines()[-1])
-            results[c].append(m["steps"] / m["seconds"])
-            print(
-                f"round {r + 1}/{args.rounds} {c:13s} {results[c][-1]:10,.0f} steps/s", flush=True
-            )
+            for name, one in m.items() if c == "collect_pair" else [(c, m)]:
+                results[name].append(one["steps"] / one["seconds"])
+                print(
+                    f"round {r + 1}/{args.rounds} {name:13s} {results[name][-1]:10,.0f} steps/s",
+                    flush=True,
+                )
 
     med = {c: statistics.median(v) for c, v in results.items()}
     info = machine()
