@@ -16,6 +16,8 @@ from embodied_ppo.modules.normalizer import RewardScaler
 
 # Above this many envs per forward, torch on the training device beats numpy on the host.
 HOST_INFERENCE_MAX_ENVS = 256
+# Rows per forward when the values of a whole rollout are computed after it.
+VALUE_BATCH_ROWS = 4096
 
 
 @dataclass
@@ -197,11 +199,18 @@ class Collector:
             obs_t = self.obs.to(self.device)
         done = np.zeros(N, dtype=bool)  # episodic: env finished its episode
         steps = T
+        # Per-step work is a few microseconds: bind what the loop touches to locals.
+        st_obs, st_actions, st_values = st["obs"], st["actions"], st["values"]
+        st_rewards, st_terminated, step = st["rewards"], st["terminated"], self.envs.step
+        # A separate critic does not act: its values come in batched passes after the rollout.
+        late_values = direct and host.separate_critic
+        act_into = host.act_into_fn(N, values=not late_values) if direct else None
+        offsets = terms[0] if direct else None
         for t in range(T):
-            st["obs"][t] = obs_np
+            st_obs[t] = obs_np
             if direct:
-                action = st["actions"][t]
-                host.act_into(obs_np, terms[0][t], action, st["values"][t])
+                action = st_actions[t]
+                act_into(obs_np, offsets[t], action, st_values[t])
             else:
                 if host is not None:
                     action, logprob, value = self._act_host(
@@ -212,13 +221,13 @@ class Collector:
                     )
                 else:
                     action, logprob, value = self._act_device(obs_t, noise_dev[t])
-                st["actions"][t] = action
+                st_actions[t] = action
                 st["logprobs"][t] = logprob
-                st["values"][t] = value
+                st_values[t] = value
 
-            res = self.envs.step(action)
-            st["rewards"][t] = res.reward
-            st["terminated"][t] = res.terminated
+            res = step(action)
+            st_rewards[t] = res.reward
+            st_terminated[t] = res.terminated
             if res.episode_envs:  # some episode ended at this step (else `ends` stays False)
                 np.logical_or(res.terminated, res.truncated, out=st["ends"][t])
                 trunc_only = np.flatnonzero(res.truncated & ~res.terminated)
@@ -240,7 +249,6 @@ class Collector:
             obs_np = res.obs
             if host is None:
                 obs_t = torch.from_numpy(obs_np).to(self.device, non_blocking=True)
-            stats.steps += N
             if episodic:
                 st["mask"][t] = ~done
                 done |= st["ends"][t]
@@ -249,6 +257,14 @@ class Collector:
                     st["ends"][t + 1 :] = True
                     steps = t + 1
                     break
+        stats.steps = steps * N
+        if late_values:
+            flat = st_obs[:steps].reshape(steps * N, -1)
+            parts = [
+                host.value(flat[i : i + VALUE_BATCH_ROWS])
+                for i in range(0, steps * N, VALUE_BATCH_ROWS)
+            ]
+            st_values[:steps] = np.concatenate(parts).reshape(steps, N)
         if steps < T:  # unused tail of an episodic rollout: keep it finite and inert
             for name in ("obs", "actions", "logprobs", "values", "rewards"):
                 st[name][steps:] = 0

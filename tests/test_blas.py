@@ -55,7 +55,10 @@ def test_collection_and_update_run_with_their_budgets(monkeypatch):
 
         return wrapper
 
-    monkeypatch.setattr(HostPolicy, "act_into", spy("collect", HostPolicy.act_into))
+    make_act = HostPolicy.act_into_fn  # the per-step function it returns is spied on
+    monkeypatch.setattr(
+        HostPolicy, "act_into_fn", lambda *a, **k: spy("collect", make_act(*a, **k))
+    )
     col.collect()
     envs.close()
     assert seen["collect"] == 1

@@ -114,8 +114,10 @@ def test_rollout_micro_batch_size_does_not_change_collection(inference):
             assert torch.allclose(getattr(results[0], name), getattr(other, name), atol=1e-6), name
 
 
-def test_collection_keeps_the_policy_fixed():
-    cfg = tiny_config("Pendulum-v1")
+@pytest.mark.parametrize("share, hidden", [(True, [16, 16]), (False, [16, 16]), (False, [160])])
+def test_collection_keeps_the_policy_fixed(share, hidden):
+    # Separate critics (fused or wide) compute the values after the rollout, shared ones per step.
+    cfg = tiny_config("Pendulum-v1", model={"share_backbone": share, "hidden_sizes": hidden})
     envs, policy, buf, col = build(cfg)
     policy.obs_normalizer.update(torch.randn(50, 3))
     before = {k: v.clone() for k, v in policy.state_dict().items()}

@@ -93,6 +93,46 @@ def test_host_rows_do_not_depend_on_the_batch_size(kind):
             assert np.array_equal(a, np.concatenate(b)), size
 
 
+@pytest.mark.parametrize("hidden", [[64, 64], [160, 144]])
+def test_value_rows_do_not_depend_on_the_batch_size(hidden):
+    # The collector computes a rollout's values in large batches after it; a row's value does
+    # not depend on which rows share its batch beyond float rounding (BLAS picks its kernel by
+    # the batch size), whatever the processes the envs are split over.
+    torch.manual_seed(0)
+    ac = ActorCritic(spec(hidden_sizes=hidden, share_backbone=False))
+    host = HostPolicy(ac)
+    obs = np.random.default_rng(0).standard_normal((4100, 5)).astype(np.float32)
+    whole = host.value(obs)
+    for start, size in ((0, 1), (7, 2), (100, 33), (4000, 100)):
+        part = host.value(obs[start : start + size])
+        assert np.allclose(whole[start : start + size], part, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("hidden", [[64, 64], [160, 144]])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_acting_without_values_gives_the_same_actions(hidden, rows):
+    torch.manual_seed(0)
+    ac = ActorCritic(spec(hidden_sizes=hidden, share_backbone=False))
+    with torch.no_grad():
+        ac.action_head.weight.normal_()  # actions far from zero
+    ac.obs_normalizer.update(torch.randn(100, 5) * 2 + 1)
+    host = HostPolicy(ac)
+    assert host.separate_critic
+    rng = np.random.default_rng(3)
+    obs = rng.standard_normal((rows, 5)).astype(np.float32)
+    offset = rng.standard_normal((rows, 3)).astype(np.float32)
+    with_values, value = np.zeros((rows, 3), np.float32), np.full(rows, np.nan, np.float32)
+    host.act_into_fn(rows)(obs, offset, with_values, value)
+    actor_only, untouched = np.zeros((rows, 3), np.float32), np.full(rows, np.nan, np.float32)
+    host.act_into_fn(rows, values=False)(obs, offset, actor_only, untouched)
+    assert np.abs(with_values).max() > 0.5
+    assert np.allclose(actor_only, with_values, atol=1e-6)
+    assert np.allclose(value, host.value(obs), atol=1e-6)
+    assert np.isnan(untouched).all()  # the critic did not run
+    # A shared backbone gives its values with the actions.
+    assert not HostPolicy(ActorCritic(spec(share_backbone=True))).separate_critic
+
+
 @pytest.mark.parametrize("rows", [1, 5])
 def test_precomputed_noise_terms_give_the_same_samples(rows):
     torch.manual_seed(0)

@@ -70,6 +70,12 @@ def _block_diag(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # Separate actor and critic MLPs up to this width run as one MLP of twice the width with
 # block-diagonal weights: half the numpy calls per step for a few more (zero) multiply-adds.
 FUSE_MAX_WIDTH = 128
+# Pre-activation of the constant column that carries biases through a fused layer (see
+# HostPolicy._prepare_small): tanh maps it to exactly 1, the other activations to itself.
+_CONSTANT = 64.0
+# np.dot passes through numpy's __array_function__ dispatch, which costs more than the product
+# of a small layer; the C function behind it takes the plain arrays used here.
+_dot = getattr(np.dot, "_implementation", np.dot)
 
 
 class HostPolicy:
@@ -105,6 +111,10 @@ class HostPolicy:
         head_b = np.concatenate([linear(h)[1] for h in heads])
         value_w, value_b = linear(policy.value_head)
         self.critic: list[tuple[np.ndarray, np.ndarray]] | None = None
+        # (layers, head weights, head biases) of the actor alone and of the critic alone, when
+        # they are separate networks fused into one here.
+        self.actor_only: tuple | None = None
+        self.critic_only: tuple | None = None
         if policy.critic_backbone is None:
             # Shared features: one head matrix (actions | log-std | value).
             self.layers = [linear(m) for m in actor]
@@ -113,6 +123,8 @@ class HostPolicy:
         else:
             critic = [m for m in policy.critic_backbone if isinstance(m, nn.Linear)]
             if max(m.out_features for m in actor) <= FUSE_MAX_WIDTH:
+                self.actor_only = ([linear(m) for m in actor], head_w, head_b)
+                self.critic_only = ([linear(m) for m in critic], value_w, value_b)
                 first = [linear(actor[0]), linear(critic[0])]
                 self.layers = [
                     (
@@ -142,23 +154,46 @@ class HostPolicy:
         self._buffers: dict[int, tuple] = {}
 
     def _prepare_small(self) -> None:
-        """The float64 layout of `_heads_small`: the normalizer folded into the first layer.
+        """The layout of `_heads_small`: every layer one matrix product, biases included.
 
-        clip((obs - shift) * scale, -c, c) @ W equals clip(obs, shift - c / scale,
-        shift + c / scale) @ (scale * W) - (shift * scale) @ W; float64 keeps the subtraction
-        exact to ~1e-13 even where the mean is large against the spread.
+        Each layer's input carries one constant column, so the bias is one more row of the
+        weight matrix. A layer produces its successor's constant column itself: an extra output
+        whose pre-activation is 64, a value every activation here maps to exactly 1 or 64, so
+        the next bias row is scaled by an exact power of two. The normalizer's scale goes into
+        the first layer's weights; its shift and clip stay separate steps (folding the shift
+        into the bias would subtract large, nearly equal float32 numbers).
         """
-        f64 = np.float64
-        shift = self.shift.astype(f64) if self.normalize else np.zeros_like(self.shift, f64)
-        scale = self.scale.astype(f64) if self.normalize else np.ones_like(self.scale, f64)
-        w1, b1 = (x.astype(f64) for x in self.layers[0])
-        first = (scale[:, None] * w1, b1 - (shift * scale) @ w1)
-        rest = [(w.astype(f64), b.astype(f64)) for w, b in self.layers[1:]]
-        self.small = [first, *rest]
-        self.small_head = (self.head_w.astype(f64), self.head_b.astype(f64))
+        post = float(self.activation(np.full(1, _CONSTANT, np.float32))[0])
+        assert post in (1.0, _CONSTANT), post
+        scale = self.scale if self.normalize else np.ones_like(self.scale)
+        self.shift_small = self.shift if self.normalize else None
         self.bounds = None
-        if self.clip is not None:
-            self.bounds = (shift - self.clip / scale, shift + self.clip / scale)
+        if self.clip is not None:  # clip((x - shift) * scale) == clip(x, bounds) - shift ...
+            shift = self.shift if self.normalize else np.zeros_like(self.shift)
+            self.bounds = (
+                (shift - self.clip / scale).astype(np.float32),
+                (shift + self.clip / scale).astype(np.float32),
+            )
+
+        def augment(w: np.ndarray, b: np.ndarray, carried: float, hidden: bool) -> np.ndarray:
+            out = np.zeros((w.shape[0] + 1, w.shape[1] + int(hidden)), np.float32)
+            out[:-1, : w.shape[1]] = w
+            out[-1, : w.shape[1]] = b / carried
+            if hidden:
+                out[-1, -1] = _CONSTANT / carried
+            return out
+
+        def net(layers: list, head_w: np.ndarray, head_b: np.ndarray) -> tuple[list, np.ndarray]:
+            (w1, b1), rest = layers[0], layers[1:]
+            hidden = [augment(scale[:, None] * w1, b1, 1.0, True)]
+            hidden += [augment(w, b, post, True) for w, b in rest]
+            return hidden, augment(head_w, head_b, post, False)
+
+        self.small, self.small_head = net(self.layers, self.head_w, self.head_b)
+        self.small_parts = {"both": (self.small, self.small_head)}
+        if self.actor_only is not None:
+            self.small_parts["actor"] = net(*self.actor_only)
+            self.small_parts["critic"] = net(*self.critic_only)
 
     def _input(self, obs: np.ndarray) -> np.ndarray:
         x = obs
@@ -169,44 +204,81 @@ class HostPolicy:
             np.maximum(x, -self.clip, out=x)
         return x
 
-    def _heads_small(self, obs: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """`_heads` in float64 for moderate widths, in few numpy calls into reused arrays.
+    def _small(self, rows: int, used: int, part: str = "both") -> tuple:
+        """The forward function of `_heads_small` for `rows` computed rows of which `used` are
+        read, and the reused arrays it fills; of the actor and critic (`both`), or of one of
+        them when they are separate (`actor`: no values; `critic`: values only).
+
+        The arrays: input, its observation columns, layer outputs, head outputs, then views of
+        the head outputs (heads, values, action means). The function has every array bound in
+        advance, and the clip bounds and shift tiled to the used rows: elementwise operations
+        on equal shapes take numpy's fastest loops.
+        """
+        key = (rows, used, part)
+        cached = self._buffers.get(key)
+        if cached is not None:
+            return cached
+        hidden, head = self.small_parts[part]
+        x = np.zeros((rows, self.shift.shape[0] + 1), np.float32)
+        x[:, -1] = 1.0
+        zs = [np.zeros((rows, w.shape[1]), np.float32) for w in hidden]
+        out = np.zeros((rows, head.shape[1]), np.float32)
+        heads, values = {
+            "both": (out[:used, :-1], out[:used, -1]),
+            "actor": (out[:used], None),
+            "critic": (out[:used, :0], out[:used, 0]),
+        }[part]
+        bufs = (x, x[:used, :-1], zs, out, heads, values, heads[:, : self.act_dim])
+
+        def tile(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(np.broadcast_to(a, (used, a.size)))
+
+        xv = bufs[1]
+        lo, hi = (tile(a) for a in self.bounds) if self.bounds is not None else (None, None)
+        shift = tile(self.shift_small)
+        layers = list(zip(hidden, zs, strict=True))
+        activation = self.activation
+        tanh = activation is np.tanh
+        minimum, maximum, subtract = np.minimum, np.maximum, np.subtract
+
+        def forward(obs: np.ndarray) -> None:
+            if hi is not None:
+                minimum(obs, hi, out=xv)
+                maximum(xv, lo, out=xv)
+                if shift is not None:
+                    subtract(xv, shift, xv)
+            elif shift is not None:
+                subtract(obs, shift, xv)
+            else:
+                xv[...] = obs
+            h = x
+            for w, z in layers:
+                _dot(h, w, z)  # (dot: less call overhead than the matmul ufunc)
+                if tanh:
+                    np.tanh(z, z)
+                else:
+                    z[...] = activation(z)
+                h = z
+            _dot(h, head, out)
+
+        self._buffers[key] = (forward, bufs)
+        return forward, bufs
+
+    def _heads_small(self, obs: np.ndarray, rows: int) -> tuple:
+        """`_heads` for moderate widths in a few float32 numpy calls into reused arrays.
 
         `rows` >= the rows of `obs`: a single observation is computed as the first of two rows,
-        so it takes the matrix-product kernel every other batch size takes. Returns views of
-        arrays that the next call with the same `rows` overwrites.
+        so it takes the matrix-product kernel every other batch size takes. Returns the arrays
+        of `_small`, which the next call with the same `rows` overwrites.
         """
-        assert self.small is not None
-        bufs = self._buffers.get(rows)
-        if bufs is None:
-            x = np.zeros((rows, self.shift.shape[0]), np.float64)
-            zs = [np.empty((rows, w.shape[1]), np.float64) for w, _ in self.small]
-            out = np.empty((rows, self.small_head[0].shape[1]), np.float64)
-            bufs = self._buffers[rows] = (x, zs, out, out[:, :-1], out[:, -1])
-        x, zs, out, heads, values = bufs
-        xv = x[: obs.shape[0]]
-        if self.bounds is not None:
-            np.minimum(obs, self.bounds[1], out=xv)
-            np.maximum(xv, self.bounds[0], out=xv)
-        else:
-            xv[...] = obs
-        h = x
-        for (w, b), z in zip(self.small, zs, strict=True):
-            np.dot(h, w, out=z)  # np.dot: less call overhead than the matmul ufunc
-            z += b
-            if self.activation is np.tanh:
-                np.tanh(z, out=z)
-            else:
-                z[...] = self.activation(z)
-            h = z
-        np.dot(h, self.small_head[0], out=out)
-        out += self.small_head[1]
-        return heads, values
+        forward, bufs = self._small(rows, obs.shape[0])
+        forward(obs)
+        return bufs
 
     def _heads(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(head outputs (B, A or 2A), values (B,)) of raw observations (B >= 2)."""
         if self.small is not None:
-            return self._heads_small(obs, obs.shape[0])
+            return self._heads_small(obs, obs.shape[0])[4:6]
         x = self._input(obs)
         out = self._mlp(x, self.layers) @ self.head_w
         out += self.head_b
@@ -225,9 +297,12 @@ class HostPolicy:
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """State values (B,) of raw observations (B, obs_dim)."""
+        if self.small is not None:  # (one observation as the first of two rows, as in `act`)
+            part = "critic" if "critic" in self.small_parts else "both"
+            forward, bufs = self._small(max(obs.shape[0], 2), obs.shape[0], part)
+            forward(obs)
+            return bufs[5].copy()
         if obs.shape[0] == 1:
-            if self.small is not None:
-                return self._heads_small(obs, 2)[1][:1].astype(np.float32)
             return self.value(np.concatenate([obs, obs]))[:1]
         return self._heads(obs)[1].astype(np.float32)
 
@@ -246,7 +321,7 @@ class HostPolicy:
         """`act` with the noise terms of `noise_terms`: action = mean + offset."""
         if obs.shape[0] == 1:  # as in `act`: two rows, so a row never depends on the batch
             if self.small is not None:
-                out, value = self._heads_small(obs, 2)
+                out, value = self._heads_small(obs, 2)[4:6]
             else:
                 out, value = self._heads(np.concatenate([obs, obs]))
             action = out[:1, : self.act_dim] + offset
@@ -260,15 +335,43 @@ class HostPolicy:
     ) -> None:
         """`act_with` writing the action and value into the given arrays (no log-prob: it is
         the one `noise_terms` returned)."""
-        rows = obs.shape[0]
+        self.act_into_fn(obs.shape[0])(obs, offset, action, value)
+
+    @property
+    def separate_critic(self) -> bool:
+        """Whether the actor runs without the critic (the values then cost a pass of their own)."""
+        return self.actor_only is not None or self.critic is not None
+
+    def act_into_fn(self, rows: int, values: bool = True) -> Callable[..., None]:
+        """`act_into` for batches of `rows` observations, as a function that looks nothing up
+        (the collector calls it once per step). Without `values`, the value argument is ignored
+        and a separate critic is not run."""
+        actor = not values and self.separate_critic
         if self.small is not None:
-            out, values = self._heads_small(obs, max(rows, 2))
-        elif rows == 1:
-            out, values = self._heads(np.concatenate([obs, obs]))
-        else:
-            out, values = self._heads(obs)
-        np.add(out[:rows, : self.act_dim], offset, out=action)
-        value[...] = values[:rows]
+            forward, bufs = self._small(max(rows, 2), rows, "actor" if actor else "both")
+            value_out, mean = bufs[5], bufs[6]
+            add = np.add
+
+            def run(obs: np.ndarray, offset: np.ndarray, action: np.ndarray, value: np.ndarray):
+                forward(obs)
+                add(mean, offset, action)
+                if values:
+                    value[...] = value_out
+
+            return run
+
+        def run_wide(obs: np.ndarray, offset: np.ndarray, action: np.ndarray, value: np.ndarray):
+            x = np.concatenate([obs, obs]) if rows == 1 else obs
+            if actor:
+                out = self._mlp(self._input(x), self.layers) @ self.head_w
+                out += self.head_b
+            else:
+                out, value_out = self._heads(x)
+                if values:
+                    value[...] = value_out[:rows]
+            np.add(out[:rows, : self.act_dim], offset, out=action)
+
+        return run_wide
 
     def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(action, log_prob, value) for raw observations (B, obs_dim) and sampling noise.
