@@ -67,10 +67,11 @@ def _block_diag(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-# Separate actor and critic MLPs up to this width run as one MLP of twice the width with
-# block-diagonal weights: half the numpy calls per step for a few more (zero) multiply-adds.
+# Up to this width, every layer is one matrix product with its bias folded in, and separate
+# actor and critic MLPs that must both run run as one MLP of twice the width with
+# block-diagonal weights: half the numpy calls for a few more (zero) multiply-adds.
 FUSE_MAX_WIDTH = 128
-# Pre-activation of the constant column that carries biases through a fused layer (see
+# Pre-activation of the constant column that carries biases through a layer (see
 # HostPolicy._prepare_small): tanh maps it to exactly 1, the other activations to itself.
 _CONSTANT = 64.0
 # np.dot passes through numpy's __array_function__ dispatch, which costs more than the product
@@ -85,7 +86,8 @@ class HostPolicy:
     action head, state-dependent log-std head and value head as one matrix, and separate actor
     and critic backbones of moderate width fused into one (first layer side by side, later layers
     block-diagonal). Zero blocks add exact zeros, so every output is the sum the unfused network
-    computes, up to the order of float32 additions.
+    computes, up to the order of float32 additions. Fused separate networks can also run one
+    without the other (`act_into_fn(values=False)`, `value`).
     """
 
     def __init__(self, policy: ActorCritic) -> None:
