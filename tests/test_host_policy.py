@@ -16,7 +16,7 @@ from embodied_ppo.modules.host_policy import HostPolicy, host_supported
 @pytest.mark.parametrize("kind", ["gaussian", "categorical"])
 @pytest.mark.parametrize("activation", ["tanh", "relu", "elu", "silu", "leaky_relu"])
 @pytest.mark.parametrize("share, sde", [(True, False), (False, False), (False, True)])
-@pytest.mark.parametrize("hidden", [[32, 16], [160, 144]])  # fused float64 / wide float32 path
+@pytest.mark.parametrize("hidden", [[32, 16], [160, 144]])  # fused (bias-folded) / wide path
 def test_host_policy_matches_torch(kind, activation, share, sde, hidden):
     torch.manual_seed(0)
     ac = ActorCritic(
