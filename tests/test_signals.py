@@ -147,7 +147,7 @@ def test_cli_sigterm_to_the_job_with_async_envs_stops_gracefully_with_143(tmp_pa
 
 def test_cli_second_sigint_stops_at_once(tmp_path):
     run = tmp_path / "run"
-    # Big enough that an iteration (about 1.5 s here) outlasts the two signals.
+    # Big enough that an iteration (about 2 s here) outlasts the two signals.
     proc = _start(
         "configs/cartpole.yaml",
         *LONG,
@@ -159,6 +159,9 @@ def test_cli_second_sigint_stops_at_once(tmp_path):
         f"trainer.run_dir={run}",
     )
     _wait_for_checkpoint(proc, run)
+    # Into the next iteration: a signal landing before its start would stop the run there, and
+    # the run would be over before the second signal.
+    time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
