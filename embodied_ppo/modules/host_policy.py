@@ -150,10 +150,11 @@ class HostPolicy:
             log_std = np.clip(_np(policy.log_std), LOG_STD_MIN, LOG_STD_MAX)
             self.std = np.exp(log_std)
             self.log_norm = np.float32(-(log_std + _LOG_SQRT_2PI).sum())
-        self.small = None
+        # Laid out by `_prepare_small` for moderate widths: {part: (hidden layers, head)}.
+        self.small_parts: dict[str, tuple[list[np.ndarray], np.ndarray]] | None = None
         if self.critic is None and max(w.shape[1] for w, _ in self.layers) <= FUSE_MAX_WIDTH:
             self._prepare_small()
-        self._buffers: dict[int, tuple] = {}
+        self._buffers: dict[tuple[int, int, str], tuple] = {}
 
     def _prepare_small(self) -> None:
         """The layout of `_heads_small`: every layer one matrix product, biases included.
@@ -191,8 +192,7 @@ class HostPolicy:
             hidden += [augment(w, b, post, True) for w, b in rest]
             return hidden, augment(head_w, head_b, post, False)
 
-        self.small, self.small_head = net(self.layers, self.head_w, self.head_b)
-        self.small_parts = {"both": (self.small, self.small_head)}
+        self.small_parts = {"both": net(self.layers, self.head_w, self.head_b)}
         if self.actor_only is not None:
             self.small_parts["actor"] = net(*self.actor_only)
             self.small_parts["critic"] = net(*self.critic_only)
@@ -266,29 +266,34 @@ class HostPolicy:
         self._buffers[key] = (forward, bufs)
         return forward, bufs
 
-    def _heads_small(self, obs: np.ndarray, rows: int) -> tuple:
+    def _heads_small(self, obs: np.ndarray, rows: int, part: str = "both") -> tuple:
         """`_heads` for moderate widths in a few float32 numpy calls into reused arrays.
 
         `rows` >= the rows of `obs`: a single observation is computed as the first of two rows,
         so it takes the matrix-product kernel every other batch size takes. Returns the arrays
         of `_small`, which the next call with the same `rows` overwrites.
         """
-        forward, bufs = self._small(rows, obs.shape[0])
+        forward, bufs = self._small(rows, obs.shape[0], part)
         forward(obs)
         return bufs
 
     def _heads(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(head outputs (B, A or 2A), values (B,)) of raw observations (B >= 2)."""
-        if self.small is not None:
+        if self.small_parts is not None:
             return self._heads_small(obs, obs.shape[0])[4:6]
         x = self._input(obs)
-        out = self._mlp(x, self.layers) @ self.head_w
-        out += self.head_b
+        out = self._actor_heads(x)
         if self.critic is None:
             return out[:, :-1], out[:, -1]
         value = self._mlp(x, self.critic) @ self.value_w
         value += self.value_b
         return out, value[:, 0]
+
+    def _actor_heads(self, x: np.ndarray) -> np.ndarray:
+        """Head outputs of the actor's layers for normalized inputs (wide layout)."""
+        out = self._mlp(x, self.layers) @ self.head_w
+        out += self.head_b
+        return out
 
     def _mlp(self, x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         for w, b in layers:
@@ -299,11 +304,9 @@ class HostPolicy:
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """State values (B,) of raw observations (B, obs_dim)."""
-        if self.small is not None:  # (one observation as the first of two rows, as in `act`)
+        if self.small_parts is not None:  # (one observation as the first of two rows, as in `act`)
             part = "critic" if "critic" in self.small_parts else "both"
-            forward, bufs = self._small(max(obs.shape[0], 2), obs.shape[0], part)
-            forward(obs)
-            return bufs[5].copy()
+            return self._heads_small(obs, max(obs.shape[0], 2), part)[5].copy()
         if obs.shape[0] == 1:
             return self.value(np.concatenate([obs, obs]))[:1]
         return self._heads(obs)[1].astype(np.float32)
@@ -322,7 +325,7 @@ class HostPolicy:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`act` with the noise terms of `noise_terms`: action = mean + offset."""
         if obs.shape[0] == 1:  # as in `act`: two rows, so a row never depends on the batch
-            if self.small is not None:
+            if self.small_parts is not None:
                 out, value = self._heads_small(obs, 2)[4:6]
             else:
                 out, value = self._heads(np.concatenate([obs, obs]))
@@ -349,7 +352,7 @@ class HostPolicy:
         (the collector calls it once per step). Without `values`, the value argument is ignored
         and a separate critic is not run."""
         actor = not values and self.separate_critic
-        if self.small is not None:
+        if self.small_parts is not None:
             forward, bufs = self._small(max(rows, 2), rows, "actor" if actor else "both")
             value_out, mean = bufs[5], bufs[6]
             add = np.add
@@ -365,8 +368,7 @@ class HostPolicy:
         def run_wide(obs: np.ndarray, offset: np.ndarray, action: np.ndarray, value: np.ndarray):
             x = np.concatenate([obs, obs]) if rows == 1 else obs
             if actor:
-                out = self._mlp(self._input(x), self.layers) @ self.head_w
-                out += self.head_b
+                out = self._actor_heads(self._input(x))
             else:
                 out, value_out = self._heads(x)
                 if values:
