@@ -126,3 +126,41 @@ def reinforce_plus_plus(
 ) -> torch.Tensor:
     """Discounted return-to-go per step, whitened over all valid steps of the batch (T, N)."""
     return masked_normalize(discounted_returns(rewards, mask, gamma), mask, reduce=reduce)
+
+
+def compute_advantages(
+    adv_type: str,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    ends: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    group_size: int,
+    normalize: bool,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns) (T, N) of a rollout with the estimator `adv_type`.
+
+    gae: returns = advantages + values. The critic-free estimators work on episodic rollouts
+    (one episode per env, `mask` 1 on its steps) and return the returns-to-go as the value
+    targets. With `normalize` the advantages are standardized over the valid transitions of
+    the whole batch: every process's together when `reduce` sums over processes (Rule 7).
+    """
+    if adv_type == "gae":
+        adv, ret = gae(rewards, values, next_values, terminated, ends, gamma, gae_lambda)
+    else:
+        ret = discounted_returns(rewards, mask, gamma)
+        if adv_type == "reinforce_plus_plus":
+            adv = reinforce_plus_plus(rewards, mask, gamma, reduce)
+        elif adv_type in ("grpo", "rloo"):
+            scores = episode_returns(rewards, mask)  # (N,)
+            rule = grpo if adv_type == "grpo" else rloo
+            adv = rule(scores, group_size).unsqueeze(0) * mask  # each episode's steps share it
+        else:
+            raise ValueError(f"unknown adv_type {adv_type!r}")
+    if normalize:
+        adv = masked_normalize(adv, mask, reduce=reduce)
+    return adv, ret

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from embodied_ppo import blas
 from embodied_ppo.buffer import RolloutBuffer
-from embodied_ppo.envs import VecEnv
 from embodied_ppo.modules.actor_critic import ActorCritic
-from embodied_ppo.modules.host_policy import HostPolicy, host_supported
 from embodied_ppo.modules.normalizer import RewardScaler
+from embodied_ppo.modules.snapshot import NumpyPolicy
+from embodied_ppo.obs import map_obs, obs_rows, set_obs
+from embodied_ppo.vecenv import VecEnv
+from embodied_ppo.vecenv.base import Obs, obs_zeros
 
-# Above this many envs per forward, torch on the training device beats numpy on the host.
-HOST_INFERENCE_MAX_ENVS = 256
-# Rows per forward when the values of a whole rollout are computed after it.
+# Rows per forward pass when a separate critic values a whole rollout after it.
 VALUE_BATCH_ROWS = 4096
+Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -27,29 +29,34 @@ class RolloutStats:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     steps: int = 0  # environment steps taken (N per vector step)
-
-
-def pick_inference(mode: str, policy: ActorCritic, num_envs: int) -> str:
-    """`host` (numpy snapshot) or `device` (torch) for `inference: auto | host | device`."""
-    if mode == "auto":
-        return (
-            "host" if num_envs <= HOST_INFERENCE_MAX_ENVS and host_supported(policy) else "device"
-        )
-    if mode == "host" and not host_supported(policy):
-        raise ValueError("host inference does not support this policy's activation")
-    return mode
+    # info["is_success"] at the end of each finished episode that reported it
+    episode_successes: list[float] = field(default_factory=list)
 
 
 class Collector:
     """Fills a RolloutBuffer by stepping `envs` with `policy`.
 
-    The policy, normalizer included, is fixed during collection: the stored log-probs and values
-    are exactly those of the policy the update starts from. Inference runs either on a numpy
-    snapshot of the policy on the host (`host`: far less overhead for the small batches of a
-    rollout) or with torch on the training device (`device`). Everything the rollout produces is
-    staged on the host and copied to the buffer once per rollout. `micro_batch` bounds how many
-    envs go through one forward; all sampling noise of a rollout is drawn at once, so neither the
-    chunking nor the inference path changes a sample (Rule 3).
+    The policy, normalizer included, is fixed during a rollout: the stored log-probs and values
+    are exactly those of the policy the update starts from. Inference runs on a numpy snapshot of
+    the policy (`inference="host"`: far less overhead for the small batches of a rollout) or on
+    the torch module on the training device (`"device"`). With a separate critic network, acting
+    does not run the critic: the rollout's values are computed after it in large batches. The
+    rollout is staged on the host and copied to the buffer once.
+
+    `micro_batch` bounds how many envs go through one forward pass; all sampling noise of a
+    rollout is drawn at once, so neither the chunking nor the inference path changes a sample
+    (Rule 3).
+
+    A recurrent policy acts in torch, one step at a time, carrying each env's state: the state
+    is zeroed where an episode starts (after a termination or a truncation), stored in the
+    buffer before every step, and a truncated episode is bootstrapped with the value of its
+    final observation under the state that reached it.
+
+    Args:
+        env_offset, total_envs: this process steps envs env_offset .. env_offset + N - 1 of
+            total_envs (all processes of a distributed run): the noise of env k is the same
+            whatever the split.
+        reduce: sums a tensor over processes (reward statistics of a distributed run).
     """
 
     def __init__(
@@ -59,28 +66,32 @@ class Collector:
         buffer: RolloutBuffer,
         reward_scaler: RewardScaler,
         device: torch.device,
+        inference: str,
         micro_batch: int | None = None,
-        inference: str = "auto",
         env_offset: int = 0,
         total_envs: int | None = None,
+        reduce: Reduce | None = None,
     ) -> None:
         self.envs, self.policy, self.buffer = envs, policy, buffer
-        self.reward_scaler, self.device = reward_scaler, device
+        self.reward_scaler, self.device, self.reduce = reward_scaler, device, reduce
+        self.host = inference == "host"
         self.micro_batch = micro_batch or envs.num_envs
-        self.inference = pick_inference(inference, policy, envs.num_envs)
-        # This process steps envs env_offset .. env_offset + N - 1 of total_envs (all ranks).
         self.env_offset = env_offset
         self.total_envs = total_envs or envs.num_envs
-        self.reduce = None  # sums over ranks for the reward statistics (set by the trainer)
-        self.obs: torch.Tensor | None = None  # (N, obs_dim): on the host for host inference
-        T, N, D = buffer.num_steps, envs.num_envs, buffer.obs.shape[-1]
-        action_shape = tuple(buffer.actions.shape[2:])
+        self.obs: Obs | None = None  # (N, ...): what the policy acts on next
+        T, N = buffer.num_steps, envs.num_envs
+        # Recurrent policies: each env's state after its last step, and whether its next step
+        # starts an episode (the state is zeroed before it).
+        self.state_size = policy.state_size
+        self.rnn_state = torch.zeros(N, self.state_size, device=device)
+        self.episode_starts = np.ones(N, dtype=bool)
         self._noise_shape = (int(policy.spec["action_dim"]),) if policy.is_gaussian else ()
         # Host staging (T, N, ...): one copy to the buffer per rollout.
         self._stage = {
-            "obs": np.zeros((T, N, D), dtype=np.float32),
+            "obs": obs_zeros(envs.info, T, N),
             "actions": np.zeros(
-                (T, N, *action_shape), dtype=np.float32 if policy.is_gaussian else np.int64
+                (T, N, *buffer.actions.shape[2:]),
+                dtype=np.float32 if policy.is_gaussian else np.int64,
             ),
             "logprobs": np.zeros((T, N), dtype=np.float32),
             "values": np.zeros((T, N), dtype=np.float32),
@@ -91,60 +102,153 @@ class Collector:
             "ends": np.zeros((T, N), dtype=bool),
             "mask": np.ones((T, N), dtype=bool),
         }
+        if self.state_size:
+            self._stage["states"] = np.zeros((T, N, self.state_size), dtype=np.float32)
+            self._stage["starts"] = np.zeros((T, N), dtype=np.float32)
 
-    @property
-    def _obs_device(self) -> torch.device:
-        return torch.device("cpu") if self.inference == "host" else self.device
+    # ------------------------------------------------------------------ env state
+    def start(self, seeds: list[int] | None = None) -> None:
+        """Reset the envs (default: the run's per-env seeds) and keep the first observation."""
+        self.obs = map_obs(np.copy, self.envs.reset(seeds))
+        self.rnn_state.zero_()
+        self.episode_starts.fill(True)
 
-    def reset(self, seeds: list[int] | None = None) -> None:
-        """Reset the envs (default: the run's per-env seeds) and remember the first observation."""
-        self.obs = self._tensor(self.envs.reset(seeds))
+    def state(self) -> dict[str, Any]:
+        """The envs mid-episode, the observation acted on next and a recurrent policy's states
+        (checkpoint-safe)."""
+        return {
+            "envs": self.envs.get_state(),
+            "obs": None
+            if self.obs is None
+            else map_obs(lambda x: torch.from_numpy(x.copy()), self.obs),
+            "recurrent": None
+            if not self.state_size
+            else {
+                "state": self.rnn_state.cpu().clone(),
+                "starts": torch.from_numpy(self.episode_starts.copy()),
+            },
+        }
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array)  # zero-copy view of the env's array
-        device = self._obs_device
-        if device.type == "cpu":
-            return tensor
-        return tensor.pin_memory().to(device, non_blocking=True)
+    def restore(
+        self, state: dict[str, Any] | None, fresh_seeds: list[int], steps: int
+    ) -> str | None:
+        """Put the envs back where `state()` left them; returns why that failed, or None.
 
+        On failure the envs start fresh episodes from `fresh_seeds` (deterministic, but not the
+        uninterrupted run), the reward scaler forgets the discounted returns of the episodes
+        that were cut, and the env step count continues from `steps`.
+        """
+        self.start(fresh_seeds)
+        saved = None if state is None else state.get("envs")
+        obs = None if state is None else state.get("obs")
+        if saved is None or obs is None:
+            reason = "the checkpoint holds no environment state"
+        else:
+            reason = self.envs.set_state(saved)
+            recurrent = state.get("recurrent") if self.state_size else None
+            if reason is None and self.state_size and recurrent is None:
+                reason = "the checkpoint holds no recurrent states"
+            if reason is None:
+                self.obs = map_obs(lambda x: x.numpy().copy(), obs)
+                if recurrent is not None:
+                    self.rnn_state.copy_(recurrent["state"])
+                    self.episode_starts[:] = recurrent["starts"].numpy()
+                return None
+            if saved["members"] is not None:
+                self.start(fresh_seeds)  # undo a partial restore
+        self.envs.set_steps(steps)
+        self.reward_scaler.reset_returns()
+        return reason
+
+    # ------------------------------------------------------------------ inference
     def _chunks(self, n: int) -> list[slice]:
         return [slice(i, i + self.micro_batch) for i in range(0, n, self.micro_batch)]
 
-    # ------------------------------------------------------------------ the two inference paths
-    def _act_device(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[np.ndarray, ...]:
-        parts = [self.policy.act(obs[c], noise[c]) for c in self._chunks(obs.shape[0])]
-        return tuple(torch.cat(p).cpu().numpy() for p in zip(*parts))
+    def _torch(self, obs: Obs) -> torch.Tensor | dict[str, torch.Tensor]:
+        return map_obs(lambda x: torch.from_numpy(x).to(self.device), obs)
 
-    def _value_device(self, obs: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(obs).to(self.device)
-        return torch.cat([self.policy.value(x[c]) for c in self._chunks(x.shape[0])]).cpu().numpy()
+    def _act(
+        self,
+        snapshot: NumpyPolicy | None,
+        obs: Obs,
+        noise: np.ndarray,
+        with_value: bool,
+        terms: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(action, log-prob, value or None) for every env, in micro-batches of envs."""
+        if snapshot is not None and self.micro_batch >= len(noise):  # one forward pass
+            return snapshot.act(obs, noise, with_value, terms)
+        parts = []
+        for c in self._chunks(obs_rows(obs)):
+            if snapshot is not None:
+                part = None if terms is None else (terms[0][c], terms[1][c])
+                parts.append(snapshot.act(obs[c], noise[c], with_value, part))
+            else:
+                x = self._torch(map_obs(lambda a, c=c: a[c], obs))
+                noise_c = torch.from_numpy(noise[c]).to(self.device)
+                action, logprob, value = self.policy.act(x, noise_c)
+                parts.append((action.cpu().numpy(), logprob.cpu().numpy(), value.cpu().numpy()))
+        if len(parts) == 1:
+            return parts[0]
+        action, logprob, value = zip(*parts, strict=True)
+        return (
+            np.concatenate(action),
+            np.concatenate(logprob),
+            None if value[0] is None else np.concatenate(value),
+        )
 
-    def _act_host(
-        self, host: HostPolicy, obs: np.ndarray, noise: np.ndarray, terms: tuple | None
-    ) -> tuple[np.ndarray, ...]:
-        if terms is not None:  # noise terms precomputed for the rollout
-            if obs.shape[0] <= self.micro_batch:
-                return host.act_with(obs, *terms)
-            parts = [
-                host.act_with(obs[c], *(x[c] for x in terms)) for c in self._chunks(obs.shape[0])
-            ]
-        elif obs.shape[0] <= self.micro_batch:
-            return host.act(obs, noise)
-        else:
-            parts = [host.act(obs[c], noise[c]) for c in self._chunks(obs.shape[0])]
-        return tuple(np.concatenate(p) for p in zip(*parts))
+    def _act_recurrent(
+        self, obs: Obs, noise: np.ndarray, state: torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
+        """(action, log-prob, value, new state) of a recurrent policy for every env."""
+        parts = []
+        for c in self._chunks(obs_rows(obs)):
+            x = self._torch(map_obs(lambda a, c=c: a[c], obs))
+            dist, value, new_state = self.policy.step(x, state[c])
+            action = dist.sample(torch.from_numpy(noise[c]).to(self.device))
+            parts.append((action, dist.log_prob(action), value, new_state))
+        action, logprob, value, new_state = (torch.cat(p) for p in zip(*parts, strict=True))
+        return action.cpu().numpy(), logprob.cpu().numpy(), value.cpu().numpy(), new_state
 
-    def _value_host(self, host: HostPolicy, obs: np.ndarray) -> np.ndarray:
-        return np.concatenate([host.value(obs[c]) for c in self._chunks(obs.shape[0])])
+    def _recurrent_values(self, obs: Obs, state: torch.Tensor) -> np.ndarray:
+        """Values of observations (B, ...) under the states (B, S) that reached them."""
+        parts = []
+        for c in self._chunks(obs_rows(obs)):
+            x = self._torch(map_obs(lambda a, c=c: a[c], obs))
+            parts.append(self.policy.step(x, state[c])[1].cpu().numpy())
+        return np.concatenate(parts)
 
-    # ----------------------------------------------------------------------------- the rollout
+    def _values(self, snapshot: NumpyPolicy | None, obs: Obs, rows: int) -> np.ndarray:
+        """Values of observations (B, ...), at most `rows` per forward pass."""
+        parts = []
+        for i in range(0, obs_rows(obs), rows):
+            part = map_obs(lambda a, i=i: a[i : i + rows], obs)
+            if snapshot is not None:
+                parts.append(snapshot.value(part))
+            else:
+                parts.append(self.policy.value(self._torch(part)).cpu().numpy())
+        return np.concatenate(parts)
+
+    def _draw_noise(self, noise_seed: int | None) -> np.ndarray:
+        """The sampling noise of the whole rollout (T, N, ...)."""
+        T, N = self.buffer.num_steps, self.envs.num_envs
+        if noise_seed is None:
+            noise = self.policy.sample_noise(T * N, torch.device("cpu"))
+            return noise.reshape(T, N, *self._noise_shape).numpy()
+        # numpy's PCG64 behind a SeedSequence: a fresh, high-quality stream per rollout; global
+        # env k draws the same numbers whatever the number of processes.
+        rng = np.random.Generator(np.random.PCG64(noise_seed))
+        shape = (T, self.total_envs, *self._noise_shape)
+        every = (
+            rng.standard_normal(shape, dtype=np.float32)
+            if self.policy.is_gaussian
+            else rng.random(shape, dtype=np.float32)
+        )
+        return np.ascontiguousarray(every[:, self.env_offset : self.env_offset + N])
+
+    # ------------------------------------------------------------------ the rollout
+    @torch.inference_mode()
     def collect(
-        self, episode_seeds: list[int] | None = None, noise_seed: int | None = None
-    ) -> RolloutStats:
-        with blas.limit(1), torch.inference_mode():
-            return self._collect(episode_seeds, noise_seed)
-
-    def _collect(
         self, episode_seeds: list[int] | None = None, noise_seed: int | None = None
     ) -> RolloutStats:
         """Run up to `buffer.num_steps` vector steps and fill every buffer field but advantages.
@@ -155,100 +259,83 @@ class Collector:
         Rewards are scaled once per rollout (RewardScaler.scale_rollout).
 
         With `noise_seed`, the sampling noise of global env k at step t is a pure function of
-        (noise_seed, t, k): the same whatever the number of processes the envs are split over.
-        Without it, the noise comes from torch's global generator.
+        (noise_seed, t, k). Without it, the noise comes from torch's global generator.
         """
         episodic = episode_seeds is not None
         if episodic:
-            self.reset(episode_seeds)
-        assert self.obs is not None, "call reset() first"
-        buf, stats, st = self.buffer, RolloutStats(), self._stage
-        T, N = buf.num_steps, self.envs.num_envs
-        st["ends"].fill(False)
+            self.start(episode_seeds)
+        assert self.obs is not None, "call start() first"
+        st, stats = self._stage, RolloutStats()
+        T, N = self.buffer.num_steps, self.envs.num_envs
+        for name in ("ends", "truncated"):
+            st[name].fill(False)
         st["mask"].fill(True)
-        st["truncated"].fill(False)
         st["final_values"].fill(0.0)
-        # All sampling noise of the rollout in one draw (torch RNG, on the host).
-        cpu = torch.device("cpu")
-        if noise_seed is None:
-            noise_t = self.policy.sample_noise(T * N, cpu).reshape(T, N, *self._noise_shape)
-        else:
-            # numpy's PCG64 behind a SeedSequence: a fresh, high-quality stream per rollout.
-            rng = np.random.Generator(np.random.PCG64(noise_seed))
-            shape = (T, self.total_envs, *self._noise_shape)
-            every = (
-                rng.standard_normal(shape, dtype=np.float32)
-                if self.policy.is_gaussian
-                else rng.random(shape, dtype=np.float32)
-            )
-            noise_t = torch.from_numpy(
-                np.ascontiguousarray(every[:, self.env_offset : self.env_offset + N])
-            )
-        host = HostPolicy(self.policy) if self.inference == "host" else None
-        obs_np = self.obs.cpu().numpy()
-        terms = None
-        if host is not None:
-            noise = noise_t.numpy()
-            terms = host.noise_terms(noise)
-        # Straight into the staging arrays: state-independent noise terms, one forward per step.
-        direct = host is not None and terms is not None and self.micro_batch >= N
-        if direct:
-            st["logprobs"][:] = terms[1]
-        else:
-            noise_dev = noise_t.to(self.device)
-            obs_t = self.obs.to(self.device)
+        noise = self._draw_noise(noise_seed)
+        snapshot = NumpyPolicy(self.policy) if self.host else None
+        # A separate critic does not act: its values come in large batches after the rollout.
+        late_values = snapshot is not None and snapshot.separate_critic
+        # A state-independent Gaussian's noise terms, for the whole rollout at once.
+        terms = snapshot.noise_terms(noise) if snapshot is not None else None
+        obs = self.obs
         done = np.zeros(N, dtype=bool)  # episodic: env finished its episode
         steps = T
-        # Per-step work is a few microseconds: bind what the loop touches to locals.
-        st_obs, st_actions, st_values = st["obs"], st["actions"], st["values"]
-        st_rewards, st_terminated, step = st["rewards"], st["terminated"], self.envs.step
-        # A separate critic does not act: its values come in batched passes after the rollout.
-        late_values = direct and host.separate_critic
-        act_into = host.act_into_fn(N, values=not late_values) if direct else None
-        offsets = terms[0] if direct else None
+        # A step is a few tens of microseconds of Python: look things up once.
+        st_obs, st_actions, st_logprobs = st["obs"], st["actions"], st["logprobs"]
+        st_values, st_rewards, st_terminated = st["values"], st["rewards"], st["terminated"]
+        act, env_step, flat = self._act, self.envs.step, not isinstance(st_obs, dict)
+        recurrent = self.state_size > 0
+        new_state = None
         for t in range(T):
-            st_obs[t] = obs_np
-            if direct:
-                action = st_actions[t]
-                act_into(obs_np, offsets[t], action, st_values[t])
+            if flat:
+                st_obs[t] = obs
             else:
-                if host is not None:
-                    action, logprob, value = self._act_host(
-                        host,
-                        obs_np,
-                        noise[t],
-                        None if terms is None else (terms[0][t], terms[1][t]),
-                    )
-                else:
-                    action, logprob, value = self._act_device(obs_t, noise_dev[t])
-                st_actions[t] = action
-                st["logprobs"][t] = logprob
+                set_obs(st_obs, t, obs)
+            if recurrent:
+                state = self._reset_states()
+                st["states"][t] = state.cpu().numpy()
+                st["starts"][t] = self.episode_starts
+                action, logprob, value, new_state = self._act_recurrent(obs, noise[t], state)
+            else:
+                step_terms = None if terms is None else (terms[0][t], terms[1][t])
+                action, logprob, value = act(snapshot, obs, noise[t], not late_values, step_terms)
+            st_actions[t] = action
+            st_logprobs[t] = logprob
+            if value is not None:
                 st_values[t] = value
-
-            res = step(action)
+            res = env_step(action)
             st_rewards[t] = res.reward
             st_terminated[t] = res.terminated
             if res.episode_envs:  # some episode ended at this step (else `ends` stays False)
                 np.logical_or(res.terminated, res.truncated, out=st["ends"][t])
-                trunc_only = np.flatnonzero(res.truncated & ~res.terminated)
-                if trunc_only.size:
+                cut = np.flatnonzero(res.truncated & ~res.terminated)
+                if cut.size:
                     # Bootstrap a time-limit cut with V(final_obs), never V(reset obs).
-                    final = res.final_obs[trunc_only]
-                    st["final_values"][t, trunc_only] = (
-                        self._value_host(host, final)
-                        if host is not None
-                        else self._value_device(final)
-                    )
-                    st["truncated"][t, trunc_only] = True
-                for env, ret, length in zip(
-                    res.episode_envs, res.episode_returns, res.episode_lengths
+                    final = map_obs(lambda a, rows=cut: a[rows], res.final_obs)
+                    if recurrent:  # under the state that reached the final observation
+                        index = torch.from_numpy(cut).to(self.device)
+                        values = self._recurrent_values(final, new_state[index])
+                    else:
+                        values = self._values(snapshot, final, self.micro_batch)
+                    st["final_values"][t, cut] = values
+                    st["truncated"][t, cut] = True
+                successes = res.episode_successes or [None] * len(res.episode_envs)
+                for env, ret, length, success in zip(
+                    res.episode_envs,
+                    res.episode_returns,
+                    res.episode_lengths,
+                    successes,
+                    strict=True,
                 ):
                     if not done[env]:
                         stats.episode_returns.append(ret)
                         stats.episode_lengths.append(length)
-            obs_np = res.obs
-            if host is None:
-                obs_t = torch.from_numpy(obs_np).to(self.device, non_blocking=True)
+                        if success is not None:
+                            stats.episode_successes.append(success)
+            obs = res.obs
+            if recurrent:
+                self.rnn_state = new_state
+                np.logical_or(res.terminated, res.truncated, out=self.episode_starts)
             if episodic:
                 st["mask"][t] = ~done
                 done |= st["ends"][t]
@@ -259,19 +346,19 @@ class Collector:
                     break
         stats.steps = steps * N
         if late_values:
-            flat = st_obs[:steps].reshape(steps * N, -1)
-            parts = [
-                host.value(flat[i : i + VALUE_BATCH_ROWS])
-                for i in range(0, steps * N, VALUE_BATCH_ROWS)
-            ]
-            st_values[:steps] = np.concatenate(parts).reshape(steps, N)
+            flat = map_obs(lambda a: a[:steps].reshape(steps * N, *a.shape[2:]), st["obs"])
+            st["values"][:steps] = self._values(snapshot, flat, VALUE_BATCH_ROWS).reshape(steps, N)
         if steps < T:  # unused tail of an episodic rollout: keep it finite and inert
             for name in ("obs", "actions", "logprobs", "values", "rewards"):
-                st[name][steps:] = 0
+                map_obs(lambda a: a[steps:].fill(0), st[name])
             st["terminated"][steps:] = True
-        last = self._value_host(host, obs_np) if host is not None else self._value_device(obs_np)
-        self.obs = self._tensor(obs_np.copy())  # the env may reuse its observation array
+        if recurrent:
+            last = self._recurrent_values(obs, self._reset_states())
+        else:
+            last = self._values(snapshot, obs, self.micro_batch)
+        self.obs = map_obs(np.copy, obs)  # the env may reuse its observation arrays
         self._to_buffer(torch.from_numpy(last))
+        buf = self.buffer
         buf.rewards.copy_(
             self.reward_scaler.scale_rollout(
                 buf.rewards, buf.ends, buf.mask if episodic else None, self.reduce
@@ -279,13 +366,19 @@ class Collector:
         )
         return stats
 
+    def _reset_states(self) -> torch.Tensor:
+        """The recurrent states before the next step: zeros where an episode starts."""
+        keep = torch.from_numpy(~self.episode_starts).to(self.device, torch.float32)
+        return self.rnn_state * keep.unsqueeze(1)
+
     def _to_buffer(self, last_values: torch.Tensor) -> None:
         """One host -> device copy per field per rollout."""
-        buf, st = self.buffer, self._stage
-        for name, array in st.items():
+        buf = self.buffer
+        for name, array in self._stage.items():
             target = getattr(buf, name)
-            source = torch.from_numpy(array)
-            if self.device.type != "cpu":
-                source = source.pin_memory()
-            target.copy_(source, non_blocking=True)
+            for key, part in array.items() if isinstance(array, dict) else [(None, array)]:
+                source = torch.from_numpy(part)
+                if self.device.type != "cpu":
+                    source = source.pin_memory()
+                (target if key is None else target[key]).copy_(source, non_blocking=True)
         buf.finalize_next_values(last_values.to(self.device))

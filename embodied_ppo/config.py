@@ -23,15 +23,28 @@ from embodied_ppo.errors import ConfigError
 
 
 @dataclass
+class WrapperConfig:
+    """One entry of `env.wrappers`: a Gymnasium wrapper and its keyword arguments."""
+
+    name: str = ""
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
 class EnvConfig:
     """The `env:` block."""
 
+    # A registered Gymnasium id, or Gymnasium's "module:EnvId" (the module registers it).
     id: str | None = None
     num_envs: int = 8
     backend: Literal["sync", "async", "envpool"] = "sync"
     # sync backend: threads stepping the envs (MuJoCo simulates without holding the GIL).
     threads: int = 1
     kwargs: dict = field(default_factory=dict)
+    # Modules imported before an env is made (in every process), e.g. to register ids.
+    imports: list[str] = field(default_factory=list)
+    # Applied in order around each env, innermost first.
+    wrappers: list[WrapperConfig] = field(default_factory=list)
     max_episode_steps: int | None = None
     num_envs_scope: Literal["per_process", "global"] = "per_process"
     normalize_obs: bool = True
@@ -52,6 +65,17 @@ class ModelConfig:
     state_dependent_std: bool = False
     init: Literal["orthogonal", "torch_default"] = "orthogonal"
     init_from: str | None = None
+    # Dict observations: the keys the actor reads (null: all) and those the critic reads (null:
+    # the actor's); image keys go through a CNN with these channels, to cnn_features features.
+    actor_obs_keys: list[str] | None = None
+    critic_obs_keys: list[str] | None = None
+    cnn_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
+    cnn_features: int = 128
+    # A recurrent core between the observation encoders and the MLP (the actor's, and a
+    # separate critic's own): null (none), lstm or gru, with its state size and layers.
+    recurrent: Literal["lstm", "gru"] | None = None
+    recurrent_size: int = 128
+    recurrent_layers: int = 1
 
 
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
@@ -93,6 +117,9 @@ class AlgorithmConfig:
     update_epochs: int = 10
     minibatch_size: int = 512
     micro_batch_size: int | None = None
+    # Recurrent policies: the update trains on chunks of this many steps of one env, each
+    # starting from the state stored at its first step (null: the whole rollout of each env).
+    sequence_length: int | None = None
     value_loss_coef: float = 0.5
     recompute_old_logprobs: bool = False
     early_stop_kl: float | None = None
@@ -120,6 +147,17 @@ class OptimConfig:
 
 
 @dataclass
+class WandbConfig:
+    """`trainer.wandb:` Weights & Biases logging (pip install 'embodied-ppo[wandb]')."""
+
+    project: str | None = None  # null: no W&B logging
+    entity: str | None = None
+    name: str | None = None  # null: the run directory's name
+    mode: Literal["online", "offline"] = "online"
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
 class TrainerConfig:
     """The `trainer:` block."""
 
@@ -129,10 +167,12 @@ class TrainerConfig:
     run_dir: str | None = None
     log_interval: int = 1
     checkpoint_interval: int = 10
+    # Keep the newest this many ckpt_<step>.pt (latest.pt and best.pt stay); null: all.
+    keep_checkpoints: int | None = None
     torch_threads: int | None = None
     inference: Literal["auto", "host", "device"] = "auto"
-    update: Literal["auto", "host", "torch"] = "auto"
-    compile: bool = False
+    # Compile the update's gradient step (falls back to eager, with a note, where it cannot).
+    compile: bool = True
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     dist_timeout: float = 1800.0
     # Evaluation during training: deterministic episodes every eval_interval iterations (and
@@ -141,6 +181,7 @@ class TrainerConfig:
     eval_interval: int | None = None
     eval_episodes: int = 10
     video_interval: int | None = None
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
 @dataclass
@@ -200,7 +241,7 @@ def _type_name(tp: Any) -> str:
         )
     if origin is list:
         return f"a list of {_type_name(typing.get_args(tp)[0])}"
-    if tp is dict or origin is dict:
+    if tp is dict or origin is dict or dataclasses.is_dataclass(tp):
         return "a mapping"
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
         tp, str(tp)
@@ -235,6 +276,8 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         if not isinstance(value, list):
             raise bad
         return [_coerce(v, typing.get_args(tp)[0], f"{path}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
     if tp is dict or origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad
@@ -262,13 +305,21 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     raise TypeError(f"unsupported annotation {tp!r} at {path}")  # programming error
 
 
+# Keys that earlier versions accepted, and what replaced them.
+_REMOVED = {
+    "trainer.update": "the update always runs in torch now (compiled: see trainer.compile)",
+}
+
+
 def _unknown_key(key: str, allowed: list[str], path: str) -> ConfigError:
+    where = f"{path}.{key}" if path else key
+    if where in _REMOVED:
+        return ConfigError(f"{where}: no longer a key; {_REMOVED[where]}")
     suggestion = _ALIASES.get(key) if _ALIASES.get(key) in allowed else None
     if suggestion is None:
         close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
         prefixed = [a for a in allowed if key.startswith(a) or a.startswith(key)]
         suggestion = close[0] if close else (prefixed[0] if prefixed else None)
-    where = f"{path}.{key}" if path else key
     hint = f"; did you mean {suggestion!r}?" if suggestion else f"; allowed: {', '.join(allowed)}"
     return ConfigError(f"{where}: unknown key{hint}")
 
@@ -293,243 +344,26 @@ def _build(cls: type, data: Any, path: str) -> Any:
     return cls(**kwargs)
 
 
-def _check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
-
-
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
-def validate(cfg: Config) -> Config:
-    """Check ranges and combinations that the types alone cannot express."""
-    e, m, a, o, t = cfg.env, cfg.model, cfg.algorithm, cfg.optim, cfg.trainer
-    _check(e.id is not None and e.id.strip() != "", "env.id: required, e.g. env.id=Humanoid-v5")
-    _check(e.num_envs >= 1, f"env.num_envs: got {e.num_envs}, expected an integer >= 1")
-    _check(e.threads >= 1, f"env.threads: got {e.threads}, expected an integer >= 1")
-    _check(
-        e.threads == 1 or e.backend == "sync",
-        f"env.threads: got {e.threads} with backend {e.backend!r}; threads apply to the sync backend "
-        "(async uses one process per env, envpool one thread per core)",
-    )
-    _check(
-        e.max_episode_steps is None or e.max_episode_steps >= 1,
-        f"env.max_episode_steps: got {e.max_episode_steps}, expected null or an integer >= 1",
-    )
-    for name in ("clip_obs", "clip_reward"):
-        value = getattr(e, name)
-        _check(
-            value is None or value > 0, f"env.{name}: got {value}, expected null or a number > 0"
-        )
-
-    _check(len(m.hidden_sizes) >= 1, "model.hidden_sizes: got [], expected at least one layer size")
-    for i, h in enumerate(m.hidden_sizes):
-        _check(h >= 1, f"model.hidden_sizes[{i}]: got {h}, expected an integer >= 1")
-    _check(
-        -20.0 <= m.log_std_init <= 2.0,
-        f"model.log_std_init: got {m.log_std_init}, expected a number in [-20, 2]",
-    )
-
-    _check_estimator(cfg)
-    for name in (
-        "rollout_micro_batch_size",
-        "logprob_forward_micro_batch_size",
-        "micro_batch_size",
-    ):
-        value = getattr(a, name)
-        _check(
-            value is None or value >= 1,
-            f"algorithm.{name}: got {value}, expected null or an integer >= 1",
-        )
-    _check(a.entropy_bonus >= 0, f"algorithm.entropy_bonus: got {a.entropy_bonus}, expected >= 0")
-    _check(
-        0 < a.clip_ratio_low < 1,
-        f"algorithm.clip_ratio_low: got {a.clip_ratio_low}, expected a number in (0, 1)",
-    )
-    _check(
-        a.clip_ratio_high > 0, f"algorithm.clip_ratio_high: got {a.clip_ratio_high}, expected > 0"
-    )
-    _check(
-        a.clip_ratio_c is None or a.clip_ratio_c > 1,
-        f"algorithm.clip_ratio_c: got {a.clip_ratio_c}, expected null (dual clip off) or a number > 1",
-    )
-    _check(
-        a.value_clip is None or a.value_clip > 0,
-        f"algorithm.value_clip: got {a.value_clip}, expected null (no value clipping) or a number > 0",
-    )
-    _check(
-        a.huber_delta is None or a.huber_delta > 0,
-        f"algorithm.huber_delta: got {a.huber_delta}, expected null (squared error) or a number > 0",
-    )
-    _check(0 <= a.gamma <= 1, f"algorithm.gamma: got {a.gamma}, expected a number in [0, 1]")
-    _check(
-        0 <= a.gae_lambda <= 1,
-        f"algorithm.gae_lambda: got {a.gae_lambda}, expected a number in [0, 1]",
-    )
-    _check(
-        a.rollout_steps >= 1,
-        f"algorithm.rollout_steps: got {a.rollout_steps}, expected an integer >= 1",
-    )
-    _check(
-        a.update_epochs >= 1,
-        f"algorithm.update_epochs: got {a.update_epochs}, expected an integer >= 1",
-    )
-    _check(
-        a.value_loss_coef >= 0, f"algorithm.value_loss_coef: got {a.value_loss_coef}, expected >= 0"
-    )
-    batch = cfg.batch_size
-    _check(
-        1 <= a.minibatch_size <= batch and batch % a.minibatch_size == 0,
-        f"algorithm.minibatch_size: got {a.minibatch_size}, expected a divisor of "
-        f"algorithm.rollout_steps x env.num_envs = {batch} (e.g. {_divisors_hint(batch)})",
-    )
-    _check(
-        a.micro_batch_size is None or a.micro_batch_size <= a.minibatch_size,
-        f"algorithm.micro_batch_size: got {a.micro_batch_size}, expected null or at most "
-        f"algorithm.minibatch_size = {a.minibatch_size}",
-    )
-
-    _check(o.lr > 0, f"optim.lr: got {o.lr}, expected a number > 0")
-    _check(o.desired_kl > 0, f"optim.desired_kl: got {o.desired_kl}, expected a number > 0")
-    _check(
-        0 < o.lr_min <= o.lr_max,
-        f"optim.lr_min / optim.lr_max: got {o.lr_min} / {o.lr_max}, expected 0 < lr_min <= lr_max",
-    )
-    _check(
-        o.schedule != "adaptive" or o.lr_min <= o.lr <= o.lr_max,
-        f"optim.lr: got {o.lr}, with schedule 'adaptive' expected a value in [lr_min, lr_max] = [{o.lr_min}, {o.lr_max}]",
-    )
-    _check(o.adam_eps > 0, f"optim.adam_eps: got {o.adam_eps}, expected a number > 0")
-    _check(
-        o.max_grad_norm is None or o.max_grad_norm > 0,
-        f"optim.max_grad_norm: got {o.max_grad_norm}, expected null (no clipping) or a number > 0",
-    )
-
-    _check(
-        t.total_steps >= 1, f"trainer.total_steps: got {t.total_steps}, expected an integer >= 1"
-    )
-    _check(0 <= t.seed < 2**63, f"trainer.seed: got {t.seed}, expected an integer in [0, 2^63)")
-    _check(
-        bool(_DEVICE_RE.match(t.device)),
-        f"trainer.device: got {t.device!r}, allowed: auto | cpu | cuda | cuda:N",
-    )
-    _check(t.dist_timeout > 0, f"trainer.dist_timeout: got {t.dist_timeout}, expected seconds > 0")
-    _check(
-        t.inference != "host" or m.activation != "gelu",
-        "trainer.inference: got 'host', which does not support model.activation 'gelu'; use auto or device",
-    )
-    _check(
-        t.update != "host" or m.activation != "gelu",
-        "trainer.update: got 'host', which does not support model.activation 'gelu'; use auto or torch",
-    )
-    _check(
-        t.update != "host" or not t.device.startswith("cuda"),
-        "trainer.update: got 'host', which runs on the CPU only; use auto or torch with a cuda device",
-    )
-    _check(
-        t.update != "host" or not (a.use_kl_loss or t.compile),
-        "trainer.update: got 'host', which has no KL loss and no torch.compile; use auto or torch",
-    )
-    _check(
-        t.log_interval >= 1, f"trainer.log_interval: got {t.log_interval}, expected an integer >= 1"
-    )
-    _check(
-        t.checkpoint_interval >= 1,
-        f"trainer.checkpoint_interval: got {t.checkpoint_interval}, expected an integer >= 1",
-    )
-    _check(
-        t.torch_threads is None or t.torch_threads >= 1,
-        f"trainer.torch_threads: got {t.torch_threads}, expected null or an integer >= 1",
-    )
-    _check(
-        t.eval_interval is None or t.eval_interval >= 1,
-        f"trainer.eval_interval: got {t.eval_interval}, expected null (no evaluation) or an integer >= 1",
-    )
-    _check(
-        t.eval_episodes >= 1,
-        f"trainer.eval_episodes: got {t.eval_episodes}, expected an integer >= 1",
-    )
-    _check(
-        t.video_interval is None or t.video_interval >= 1,
-        f"trainer.video_interval: got {t.video_interval}, expected null (no videos) or an integer >= 1",
-    )
-    _check(
-        t.video_interval is None or t.eval_interval is not None,
-        f"trainer.video_interval: got {t.video_interval} but trainer.eval_interval is null; "
-        "videos are recorded during evaluation, so set trainer.eval_interval too",
-    )
-    return cfg
-
-
-def _check_estimator(cfg: Config) -> None:
-    """Combinations of estimator, loss type, grouping, aggregation and KL keys."""
-    a, e = cfg.algorithm, cfg.env
-    _check(a.group_size >= 1, f"algorithm.group_size: got {a.group_size}, expected an integer >= 1")
-    if a.adv_type == "gae":
-        _check(
-            a.group_size == 1,
-            f"algorithm.group_size: got {a.group_size} with adv_type 'gae'; group sampling needs "
-            "adv_type grpo, rloo or reinforce_plus_plus",
-        )
-        _check(
-            a.loss_type == "actor_critic",
-            "algorithm.loss_type: got 'actor' with adv_type 'gae'; GAE needs a critic, use "
-            "loss_type actor_critic or a critic-free adv_type (grpo, rloo, reinforce_plus_plus)",
-        )
-    if a.adv_type in ("grpo", "rloo"):
-        _check(
-            a.group_size >= 2,
-            f"algorithm.group_size: got {a.group_size} with adv_type {a.adv_type!r}; a group "
-            "baseline needs group_size >= 2",
-        )
-    _check(
-        e.num_envs % a.group_size == 0,
-        f"env.num_envs: got {e.num_envs}, expected a multiple of algorithm.group_size = {a.group_size}",
-    )
-    _check(
-        a.loss_type != "actor_critic" or a.value_loss_coef > 0,
-        "algorithm.value_loss_coef: got 0 with loss_type 'actor_critic', which then trains no "
-        "critic; use loss_type actor for a critic-free run",
-    )
-    if a.loss_agg_func != "token-mean":
-        T = a.rollout_steps
-        _check(
-            a.minibatch_size % T == 0,
-            f"algorithm.minibatch_size: got {a.minibatch_size}; with loss_agg_func "
-            f"{a.loss_agg_func!r} minibatches are whole env sequences, so it must be a multiple "
-            f"of algorithm.rollout_steps = {T}",
-        )
-        _check(
-            a.micro_batch_size is None or a.micro_batch_size % T == 0,
-            f"algorithm.micro_batch_size: got {a.micro_batch_size}; with loss_agg_func "
-            f"{a.loss_agg_func!r} it must be null or a multiple of algorithm.rollout_steps = {T}",
-        )
-    _check(
-        a.early_stop_kl is None or a.early_stop_kl > 0,
-        f"algorithm.early_stop_kl: got {a.early_stop_kl}, expected null (off) or a number > 0",
-    )
-    _check(a.kl_loss_coef >= 0, f"algorithm.kl_loss_coef: got {a.kl_loss_coef}, expected >= 0")
-    k = a.kl_ctrl
-    _check(k.kl_coef >= 0, f"algorithm.kl_ctrl.kl_coef: got {k.kl_coef}, expected >= 0")
-    _check(k.target_kl > 0, f"algorithm.kl_ctrl.target_kl: got {k.target_kl}, expected > 0")
-    _check(k.horizon >= 1, f"algorithm.kl_ctrl.horizon: got {k.horizon}, expected an integer >= 1")
-    _check(
-        a.reference_checkpoint is None or a.use_kl_loss or a.use_kl_in_reward,
-        "algorithm.reference_checkpoint: set, but neither use_kl_loss nor use_kl_in_reward is "
-        "true, so no reference policy is used",
-    )
-
-
-def _divisors_hint(n: int) -> str:
-    divs = [d for d in range(1, n + 1) if n % d == 0]
-    mid = [d for d in divs if 32 <= d <= 4096] or divs
-    return ", ".join(str(d) for d in mid[-4:])
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A config that an earlier version wrote (a run's config.yaml or checkpoint), without the
+    keys that no longer exist. Only for a run's own saved config: a config a user writes with a
+    removed key is refused (`_REMOVED` says what replaced it)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for key in _REMOVED:
+        block, name = key.split(".")
+        if isinstance(out.get(block), dict):
+            out[block].pop(name, None)
+    return out
 
 
 def from_dict(data: Any) -> Config:
-    """Build and validate a Config from a nested mapping."""
-    return validate(_build(Config, data, ""))
+    """Build a Config from a nested mapping and check it (`validate.check_config`)."""
+    from embodied_ppo.validate import check_config
+
+    return check_config(_build(Config, data, ""))
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

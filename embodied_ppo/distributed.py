@@ -20,6 +20,11 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def launch_world_size() -> int:
+    """The number of processes torchrun started (before the group is joined)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def launch_rank() -> int:
     """This process's rank as torchrun announced it (before the group is joined)."""
     return int(os.environ.get("RANK", "0"))
@@ -161,3 +166,47 @@ def barrier() -> None:
     if is_initialized():
         with _guard("a barrier"):
             dist.barrier()
+
+
+# ------------------------------------------------------------------------------ run helpers
+# Entries of a checkpoint that belong to one process of a distributed run.
+PER_RANK = ("envs", "collector_obs", "collector_recurrent", "rng", "reward_scaler")
+
+
+def agree(flag: bool) -> bool:
+    """True on every process as soon as one process says so (graceful stop in lockstep)."""
+    if world_size() == 1:
+        return flag
+    return bool(sum_scalars(float(flag))[0] > 0)
+
+
+def gather_episodes(stats: Any) -> tuple[list[float], list[int], int, list[float]]:
+    """Every process's finished episodes (returns, lengths), steps and successes, on every
+    process (the fields of a collector.RolloutStats, in order)."""
+    parts = gather_objects(
+        (stats.episode_returns, stats.episode_lengths, stats.steps, stats.episode_successes)
+    )
+    returns = [r for p in parts for r in p[0]]
+    lengths = [n for p in parts for n in p[1]]
+    successes = [x for p in parts for x in p[3]]
+    return returns, lengths, sum(p[2] for p in parts), successes
+
+
+def local_view(state: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """A checkpoint as this process reads it (its own envs, RNG and reward returns), and why
+    the envs cannot continue where they stood (None when they can)."""
+    ranks = state.get("ranks")
+    saved_world = int(state.get("world_size", 1))
+    if ranks is None and saved_world == world_size():
+        return state, None
+    view = dict(state)
+    if ranks is not None and saved_world == world_size():
+        view.update(ranks[rank()])
+        return view, None
+    # Another number of processes: weights, optimizer and statistics carry over; the envs
+    # start fresh, deterministic episodes (their states belong to another split).
+    view["envs"] = view["collector_obs"] = view["collector_recurrent"] = None
+    return (
+        view,
+        f"the checkpoint was written by {saved_world} process(es), this run has {world_size()}",
+    )

@@ -28,12 +28,19 @@ _IGNORED_KEYS = {
     "trainer.device",
     "trainer.torch_threads",
     "env.threads",
-    "trainer.update",
+    "trainer.update",  # (a key of earlier versions)
+    "trainer.compile",
     "trainer.inference",
     "trainer.log_interval",
     "trainer.checkpoint_interval",
+    "trainer.keep_checkpoints",
     "trainer.eval_interval",
     "trainer.video_interval",
+    "trainer.wandb.project",
+    "trainer.wandb.entity",
+    "trainer.wandb.name",
+    "trainer.wandb.mode",
+    "trainer.wandb.tags",
 }
 
 
@@ -60,10 +67,10 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
     """The config with every key present (runs written before a key existed compare equal to
     runs that state its default); unchanged when it no longer validates."""
-    from embodied_ppo.config import from_dict
+    from embodied_ppo.config import from_dict, upgrade
 
     try:
-        return from_dict(config).to_dict()
+        return from_dict(upgrade(config)).to_dict()
     except (UserError, TypeError, ValueError):
         return config
 

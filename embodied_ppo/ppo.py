@@ -1,24 +1,43 @@
 """The PPO update: mini-epochs over shuffled minibatches, micro-batch gradient accumulation,
-KL loss against a frozen reference, early stopping and the KL-adaptive learning rate."""
+gradient all-reduce across processes, early stopping and learning-rate schedules.
+
+The gradient step itself (forward, loss, backward, clipping, Adam) is `gradient_step`, compiled.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TextIO
 
 import torch
+from torch import Tensor
 
-from embodied_ppo import distributed
 from embodied_ppo.buffer import minibatch_indices, sequence_minibatch_indices
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
-from embodied_ppo.losses import kl_estimate, ppo_loss
+from embodied_ppo.gradient_step import STEP_FIELDS, GradientStep
+from embodied_ppo.losses import adaptive_kl_coef, kl_estimate
 from embodied_ppo.modules.actor_critic import ActorCritic
-from embodied_ppo.modules.distributions import DiagGaussian
+from embodied_ppo.obs import map_obs, obs_rows
 
-BATCH_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "mask")
+# The flattened rollout fields the update reads (buffer.flat(*BATCH_FIELDS)).
+BATCH_FIELDS = (
+    "obs", "actions", "logprobs", "values", "advantages", "returns", "mask", "states", "starts"
+)  # fmt: skip
+# The fields of a minibatch handed to the gradient step, in its order (a recurrent policy's
+# also take the stored states and episode starts).
+MINIBATCH_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+RECURRENT_FIELDS = ("states", "starts")
+
+Reduce = Callable[[Tensor], Tensor]
+
+
+def _rows(x: Tensor | dict[str, Tensor], rows: slice) -> Tensor | dict[str, Tensor]:
+    """Rows of a field (a tensor, or a dict of them for Dict observations): views."""
+    return x[rows] if isinstance(x, Tensor) else {k: v[rows] for k, v in x.items()}
 
 
 class NonFiniteError(RuntimeError):
-    """A loss term or the gradient became NaN/Inf; the weights were not touched."""
+    """A loss term or the gradient became NaN/Inf; the step was not taken."""
 
     def __init__(self, what: str, epoch: int, minibatch: int) -> None:
         super().__init__(f"non-finite {what} in epoch {epoch}, minibatch {minibatch}")
@@ -26,12 +45,8 @@ class NonFiniteError(RuntimeError):
 
 
 def make_optimizer(policy: ActorCritic, optim: OptimConfig) -> torch.optim.Adam:
-    """Adam with the configured eps; the fused kernel where torch provides it for the device."""
-    params = list(policy.parameters())
-    try:
-        return torch.optim.Adam(params, lr=optim.lr, eps=optim.adam_eps, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=optim.lr, eps=optim.adam_eps)
+    """Adam with the configured eps (it holds the state; `gradient_step` takes its steps)."""
+    return torch.optim.Adam(list(policy.parameters()), lr=optim.lr, eps=optim.adam_eps)
 
 
 def learning_rate(optim: OptimConfig, progress: float, current: float | None = None) -> float:
@@ -46,49 +61,51 @@ def learning_rate(optim: OptimConfig, progress: float, current: float | None = N
     return optim.lr
 
 
-def adapt_learning_rate(lr: float, kl: float, optim: OptimConfig) -> float:
-    """KL-adaptive rule: kl > 2 desired -> lr / 1.5; kl < desired / 2 -> lr * 1.5; clamped."""
-    if kl > 2.0 * optim.desired_kl:
-        lr = lr / 1.5
-    elif kl < 0.5 * optim.desired_kl:
-        lr = lr * 1.5
-    return min(max(lr, optim.lr_min), optim.lr_max)
-
-
 def aggregation_weights(
-    mask: torch.Tensor,
-    mode: str,
-    seq_len: int,
-    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Per-token weights (B,) for a minibatch so that sum(weights * x) is the `loss_agg_func`.
+    masks: Tensor, mode: str, seq_len: int, reduce: Reduce | None = None
+) -> Tensor:
+    """Per-token weights (K, M) of K minibatches of M tokens: sum(weights[k] * x) is the
+    `loss_agg_func` of minibatch k.
 
-    For the seq-* modes the minibatch is whole sequences laid out back to back (seq_len each).
-    `reduce` sums the denominators over the ranks of a distributed run, so every rank weights
-    its tokens as one process holding all ranks' minibatches would.
+    For the seq-* modes a minibatch is whole sequences laid out back to back (seq_len each).
+    `reduce` sums the K denominators over the processes of a distributed run in one call, so
+    every process weights its tokens as one process holding all of them would.
     """
 
-    def total(x: torch.Tensor) -> torch.Tensor:
-        x = x.to(torch.float32).reshape(1)
-        return (reduce(x) if reduce is not None else x)[0].clamp(min=1.0)
+    def total(x: Tensor) -> Tensor:  # (K,) -> (K, 1), summed over processes
+        x = x.to(torch.float32)
+        return (reduce(x) if reduce is not None else x).clamp(min=1.0).unsqueeze(1)
 
+    masks = masks.to(torch.float32)
     if mode == "token-mean":
-        return mask / total(mask.sum())
-    seqs = mask.reshape(-1, seq_len)  # (S, T)
-    lengths = seqs.sum(dim=1, keepdim=True)  # (S, 1)
-    num_seqs = total((lengths > 0).sum())
+        return masks / total(masks.sum(dim=1))
+    K, M = masks.shape
+    seqs = masks.reshape(K, M // seq_len, seq_len)  # (K, S, T)
+    lengths = seqs.sum(dim=2, keepdim=True)  # (K, S, 1)
+    num_seqs = total((lengths > 0).sum(dim=(1, 2))).unsqueeze(2)  # (K, 1, 1)
     if mode == "seq-mean-token-sum":
-        return (seqs / num_seqs).reshape(-1)
+        return (seqs / num_seqs).reshape(K, M)
     if mode == "seq-mean-token-mean":
-        return (seqs / (lengths.clamp(min=1.0) * num_seqs)).reshape(-1)
+        return (seqs / (lengths.clamp(min=1.0) * num_seqs)).reshape(K, M)
     raise ValueError(f"unknown loss_agg_func {mode!r}")
 
 
 class PPOUpdate:
     """Runs `update_epochs` passes of clipped-PPO gradient steps over one rollout batch.
 
-    Each minibatch is split into micro-batches; their losses are weighted with the minibatch's
-    aggregation weights, so accumulating their gradients gives the minibatch gradient (Rule 3).
+    Each epoch shuffles the batch once and cuts it into minibatches. For a recurrent policy the
+    rollout of each env is cut into chunks of `sequence_length` steps (the last one padded
+    with zero-weight steps where it does not divide the rollout) and the chunks are shuffled:
+    a minibatch is whole chunks, each starting from the state stored at its first step.
+    A minibatch is one call of the (compiled) gradient step; with `micro_batch_size`, or across processes, its gradient is
+    accumulated over micro-batches (weighted with the minibatch's aggregation weights, so the sum
+    is the minibatch gradient: Rule 3), all-reduced, then applied.
+
+    Args:
+        generator: CPU generator for minibatch shuffling (its state is checkpointed).
+        reference: frozen policy of the KL loss (algo.use_kl_loss).
+        reduce: sums a tensor over the processes of a distributed run; None in one process.
+        compile: compile the gradient step (see `gradient_step`).
     """
 
     def __init__(
@@ -96,30 +113,19 @@ class PPOUpdate:
         policy: ActorCritic,
         algo: AlgorithmConfig,
         optim: OptimConfig,
-        optimizer: torch.optim.Optimizer,
+        optimizer: torch.optim.Adam,
         generator: torch.Generator,
         reference: ActorCritic | None = None,
+        reduce: Reduce | None = None,
         compile: bool = False,
+        notes: TextIO | None = None,
     ) -> None:
-        self.policy, self.algo, self.optim = policy, algo, optim
-        # torch.compile fuses the forward and backward of the policy evaluation (opt-in: the
-        # first update pays the compilation).
-        self.evaluate = torch.compile(policy.evaluate) if compile else policy.evaluate
-        self.optimizer = optimizer
-        self.generator = generator  # CPU generator for minibatch shuffling
-        self.reference = reference  # frozen policy for the KL loss
-        self.params = [p for p in policy.parameters() if p.requires_grad]
-        # Sums over ranks in a distributed run (None in a single process).
-        self.reduce = distributed.all_reduce_sum if distributed.world_size() > 1 else None
-        # On an accelerator, fused Adam skips a step on a device-side flag (found_inf), so a
-        # non-finite step is dropped without a host sync and reported after the update. On the
-        # CPU a sync is free: the update stops at the first non-finite step.
-        device = next(iter(policy.parameters())).device
-        self._skips_on_flag = (
-            device.type != "cpu"
-            and bool(optimizer.defaults.get("fused"))
-            and isinstance(optimizer, torch.optim.Adam)
-        )
+        self.algo, self.optim, self.optimizer = algo, optim, optimizer
+        self.generator, self.reduce = generator, reduce
+        self.recurrent = policy.state_size > 0
+        self.fields = MINIBATCH_FIELDS + (RECURRENT_FIELDS if self.recurrent else ())
+        self.step = GradientStep(policy, optimizer, algo, optim, reference, compile, notes)
+        self.names = self.step.metric_names
 
     @property
     def lr(self) -> float:
@@ -129,140 +135,228 @@ class PPOUpdate:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def _minibatches(
+    def _epoch_order(
         self, size: int, num_steps: int, device: torch.device
-    ) -> Iterator[torch.Tensor]:
+    ) -> tuple[Tensor, Tensor | None]:
+        """One epoch's shuffled row order (minibatch k is rows [k*M, (k+1)*M) of it), and
+        where it pads recurrent chunks (0.0: a padding step; None: no padding)."""
         a = self.algo
+        if self.recurrent:
+            return sequence_chunks(
+                num_steps, size // num_steps, a.sequence_length or num_steps, self.generator, device
+            )
+        parts: Iterator[Tensor]
         if a.loss_agg_func == "token-mean":
-            return minibatch_indices(size, a.minibatch_size, self.generator, device)
-        num_envs = size // num_steps
-        return sequence_minibatch_indices(
-            num_steps, num_envs, a.minibatch_size // num_steps, self.generator, device
-        )
+            parts = minibatch_indices(size, a.minibatch_size, self.generator, device)
+        else:
+            envs = size // num_steps
+            parts = sequence_minibatch_indices(
+                num_steps, envs, a.minibatch_size // num_steps, self.generator, device
+            )
+        return torch.cat(list(parts)), None
 
-    def update(self, batch: dict[str, torch.Tensor], num_steps: int) -> dict[str, float]:
-        """One PPO update on a flattened (T*N) batch (fields of BATCH_FIELDS) from T = `num_steps`."""
+    def update(self, batch: dict[str, Tensor], num_steps: int) -> dict[str, float]:
+        """One PPO update on a flattened (T*N) batch (fields of BATCH_FIELDS), T = `num_steps`."""
         a = self.algo
-        size = batch["advantages"].shape[0]
         device = batch["advantages"].device
-        micro = a.micro_batch_size or a.minibatch_size
-        use_kl = a.use_kl_loss and self.reference is not None
-        critic = a.loss_type == "actor_critic"
-        # Per-step metrics stay tensors until the end: no host sync inside the loop.
-        records: list[dict[str, torch.Tensor | float]] = []
+        size, M = batch["advantages"].shape[0], a.minibatch_size
+        micro = a.micro_batch_size or M
+        split = micro < M or self.reduce is not None
+        sync_each_step = self._checks_each_step(device)
+        lr = torch.tensor(self.lr, dtype=torch.float32, device=device)
+        adam = self.step.adam_state()
+        records: list[Tensor] = []  # one vector per step taken: metrics + STEP_FIELDS
         where: list[tuple[int, int]] = []
-        bad_flags: list[torch.Tensor] = []
         stopped = False
         for epoch in range(a.update_epochs):
-            for k, idx in enumerate(self._minibatches(size, num_steps, device)):
-                weights = aggregation_weights(
-                    batch["mask"][idx], a.loss_agg_func, num_steps, self.reduce
-                )
-                self.optimizer.zero_grad(set_to_none=True)
-                mb: dict[str, torch.Tensor | float] = {}
-                mb_loss = torch.zeros((), device=device)
-                for start in range(0, idx.shape[0], micro):
-                    j = idx[start : start + micro]
-                    w = weights[start : start + micro]
-                    obs, actions = batch["obs"][j], batch["actions"][j]
-                    logprob, entropy, value, dist = self.evaluate(obs, actions)
-                    kl = None
-                    if use_kl:
-                        with torch.no_grad():
-                            ref_dist, _ = self.reference(obs)
-                            ref_logprob = ref_dist.log_prob(actions)
-                        kl = kl_estimate(a.kl_loss_type, logprob, ref_logprob, dist, ref_dist)
-                    loss, metrics = ppo_loss(
-                        logprob,
-                        batch["logprobs"][j],
-                        batch["advantages"][j],
-                        entropy,
-                        w,
-                        clip_ratio_low=a.clip_ratio_low,
-                        clip_ratio_high=a.clip_ratio_high,
-                        clip_ratio_c=a.clip_ratio_c,
-                        entropy_bonus=a.entropy_bonus,
-                        values=value if critic else None,
-                        old_values=batch["values"][j] if critic else None,
-                        returns=batch["returns"][j] if critic else None,
-                        value_clip=a.value_clip,
-                        huber_delta=a.huber_delta,
-                        value_loss_coef=a.value_loss_coef,
-                        kl=kl,
-                        kl_loss_coef=a.kl_loss_coef,
-                    )
-                    loss.backward()
-                    mb_loss = mb_loss + loss.detach()
-                    if isinstance(dist, DiagGaussian):
-                        metrics["std"] = (dist.std.detach().mean(dim=-1) * w).sum()
-                    for name, v in metrics.items():
-                        mb[name] = mb.get(name, 0.0) + v
-                if self.reduce is not None:
-                    # Every rank's gradient, weighted with global denominators, sums to the
-                    # gradient of the whole batch; the loss too, so all ranks agree on a skip.
-                    distributed.all_reduce_grads(self.params, mb_loss)
-                    if a.early_stop_kl is not None or self.optim.schedule == "adaptive":
-                        self.reduce(mb["approx_kl"])
-                if a.early_stop_kl is not None and float(mb["approx_kl"]) > a.early_stop_kl:
-                    # The policy already moved too far from the behaviour policy: drop this
-                    # minibatch's gradient and end the update.
-                    self.optimizer.zero_grad(set_to_none=True)
-                    stopped = True
+            order, valid = self._epoch_order(size, num_steps, device)
+            # Gathered once per epoch (observations key by key).
+            rows = [map_obs(lambda x, o=order: x[o], batch[f]) for f in self.fields]
+            mask = batch["mask"][order]
+            if valid is not None:
+                mask = mask * valid
+            weights = aggregation_weights(
+                mask.reshape(-1, M), a.loss_agg_func, num_steps, self.reduce
+            )  # (K, M)
+            for k in range(weights.shape[0]):
+                mb = tuple(_rows(x, slice(k * M, (k + 1) * M)) for x in rows)
+                if split:
+                    out = self._accumulated_step(mb, weights[k], micro, lr, adam)
+                else:
+                    out = self.step.step(mb, weights[k], lr, adam)
+                if sync_each_step and bool(out[-2]):  # skipped
+                    if bool(out[-1]):
+                        raise NonFiniteError(self._culprit(out), epoch, k)
+                    stopped = True  # early stop: this minibatch's step was not taken
                     break
-                grad_norm = self._clip_grads()
-                # A non-finite loss can still give finite (e.g. Huber-bounded) gradients: check both.
-                bad = ~torch.isfinite(grad_norm + mb_loss)
-                if self.optim.schedule == "adaptive":
-                    self.set_lr(adapt_learning_rate(self.lr, float(mb["approx_kl"]), self.optim))
-                if self._skips_on_flag:
-                    # The fused step skips the update (and its moments) where found_inf is set,
-                    # so a non-finite step never reaches the weights and nothing waits on the host.
-                    self.optimizer.found_inf = bad.to(torch.float32)
-                elif bool(bad):
-                    raise NonFiniteError(self._culprit(mb), epoch, k)
-                self.optimizer.step()
-                mb["grad_norm"] = grad_norm
-                records.append(mb)
+                records.append(out)
                 where.append((epoch, k))
-                bad_flags.append(bad)
             if stopped:
                 break
-        if self._skips_on_flag:
-            del self.optimizer.found_inf
-        if bad_flags:
-            flags = torch.stack(bad_flags)
-            if bool(flags.any()):  # one host sync per update
-                first = int(flags.nonzero()[0, 0])
-                raise NonFiniteError(self._culprit(records[first]), *where[first])
+        self.set_lr(float(lr))
+        if not records:
+            return {"num_gradient_steps": 0.0, "early_stopped": float(stopped)}
+        table = torch.stack(records)  # (steps, metrics + STEP_FIELDS)
+        if not sync_each_step:
+            bad = table[:, -1] > 0
+            if bool(bad.any()):  # one host sync per update
+                first = int(bad.nonzero()[0, 0])
+                raise NonFiniteError(self._culprit(table[first]), *where[first])
+        return self._summary(table, stopped)
+
+    def _checks_each_step(self, device: torch.device) -> bool:
+        """On the CPU a host sync costs nothing: stop at the first skipped step. Elsewhere, look
+        at the steps' flags once at the end (unless early stopping must end the loop)."""
+        return device.type == "cpu" or self.algo.early_stop_kl is not None
+
+    def _accumulated_step(
+        self, mb: tuple[Tensor, ...], weights: Tensor, micro: int, lr: Tensor, adam: tuple
+    ) -> Tensor:
+        """One minibatch's gradient summed over micro-batches (and processes), then applied."""
+        total: Tensor | None = None
+        metrics: Tensor | None = None
+        for start in range(0, weights.shape[0], micro):
+            part = tuple(_rows(x, slice(start, start + micro)) for x in mb)
+            grad, m = self.step.grads(part, weights[start : start + micro])
+            total = grad if total is None else total + grad
+            metrics = m if metrics is None else metrics + m
+        assert total is not None and metrics is not None
+        loss = metrics[self.names.index("loss")]
+        kl = metrics[self.names.index("approx_kl")]
+        if self.reduce is not None:
+            # Every process's gradient, weighted with global denominators, sums to the gradient
+            # of the whole minibatch; the loss too, so all processes agree on a skipped step.
+            flat = self.reduce(torch.cat([total, loss.reshape(1)]))
+            total, loss = flat[:-1], flat[-1]
+            if self.algo.early_stop_kl is not None or self.optim.schedule == "adaptive":
+                kl = self.reduce(kl.reshape(1).clone())[0]
+                metrics = metrics.clone()
+                metrics[self.names.index("approx_kl")] = kl
+        return torch.cat([metrics, self.step.apply(total, loss, kl, lr, adam)])
+
+    def _summary(self, table: Tensor, stopped: bool) -> dict[str, float]:
+        """Mean over the update's steps of every metric (summed over processes first)."""
+        names = [*self.names, *STEP_FIELDS]
         out: dict[str, float] = {}
-        if records:
-            for name in records[0]:
-                values = torch.stack([torch.as_tensor(r[name]) for r in records])
-                # Token metrics are weighted per rank: their sum over ranks is the global value.
-                # approx_kl was already summed for the step-size rules; the gradient norm is
-                # computed after the gradient all-reduce.
-                reduced = name == "grad_norm" or (
-                    name == "approx_kl"
-                    and (a.early_stop_kl is not None or self.optim.schedule == "adaptive")
+        if self.reduce is not None:
+            # Token metrics are weighted per process: their sum over processes is the global
+            # value. The gradient norm is already global; so is approx_kl where it was reduced
+            # for the step-size rules.
+            local = [
+                i
+                for i, n in enumerate(names)
+                if n in self.names
+                and not (
+                    n == "approx_kl"
+                    and (self.algo.early_stop_kl is not None or self.optim.schedule == "adaptive")
                 )
-                if self.reduce is not None and not reduced:
-                    values = self.reduce(values.clone())
-                out[name] = float(values.mean())
-        out["num_gradient_steps"] = float(len(records))
+            ]
+            table = table.clone()
+            table[:, local] = self.reduce(table[:, local].contiguous())
+        means = table.mean(dim=0).tolist()
+        for name, value in zip(names, means, strict=True):
+            if name not in ("loss", "skipped", "nonfinite"):
+                out[name] = value
+        out["num_gradient_steps"] = float(table.shape[0])
         out["early_stopped"] = float(stopped)
         return out
 
-    def _clip_grads(self) -> torch.Tensor:
-        grads = [p.grad for p in self.params if p.grad is not None]
-        if not grads:
-            return torch.zeros(())
-        if self.optim.max_grad_norm is None:
-            return torch.nn.utils.get_total_norm(grads)
-        return torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm)
-
-    @staticmethod
-    def _culprit(metrics: dict[str, torch.Tensor | float]) -> str:
+    def _culprit(self, vector: Tensor) -> str:
+        values = dict(zip([*self.names, *STEP_FIELDS], vector.tolist(), strict=True))
         for name in ("policy_loss", "value_loss", "entropy", "kl_loss"):
-            if name in metrics and not torch.isfinite(torch.as_tensor(metrics[name])):
+            if name in values and not torch.isfinite(torch.tensor(values[name])):
                 return name
         return "gradient"
+
+
+def sequence_chunks(
+    num_steps: int,
+    num_envs: int,
+    length: int,
+    generator: torch.Generator,
+    device: torch.device,
+) -> tuple[Tensor, Tensor | None]:
+    """One epoch's order of a (T, N) rollout in shuffled chunks of `length` steps of one env.
+
+    Returns flat indices t * N + n, chunk after chunk, each chunk's steps in time order, and
+    where `length` does not divide T the validity of each position (0.0 for the padding that
+    ends the last chunk of each env, which repeats the env's last step); None otherwise. Every
+    step of the rollout appears exactly once among the valid positions.
+    """
+    T, N, L = num_steps, num_envs, length
+    C = -(-T // L)  # chunks per env
+    perm = torch.randperm(C * N, generator=generator).to(device, non_blocking=True)
+    first = (perm // N) * L  # (C*N,) each chunk's first step
+    env = perm % N
+    t = first.unsqueeze(1) + torch.arange(L, device=device)  # (C*N, L)
+    order = (t.clamp(max=T - 1) * N + env.unsqueeze(1)).reshape(-1)
+    if T % L == 0:
+        return order, None
+    return order, (t < T).to(torch.float32).reshape(-1)
+
+
+def recompute_logprobs(
+    policy: ActorCritic, obs: Tensor, actions: Tensor, chunk: int | None
+) -> Tensor:
+    """Log-probs of `actions` under `policy` now, `chunk` transitions per forward pass."""
+    rows = obs_rows(obs)
+    chunk = chunk or rows
+    with torch.no_grad():
+        return torch.cat(
+            [
+                policy.evaluate(
+                    map_obs(lambda x, i=i: x[i : i + chunk], obs), actions[i : i + chunk]
+                )[0]
+                for i in range(0, rows, chunk)
+            ]
+        )
+
+
+class InRewardKL:
+    """The in-reward KL penalty: r_t -= coef * KL_t(behaviour || reference), with the fixed or
+    adaptive (InstructGPT) coefficient controller of `algorithm.kl_ctrl`.
+
+    Args:
+        coef: the current coefficient (the configured kl_coef, or a resumed run's).
+        reduce: sums over processes, so the controller sees the mean KL of all of them.
+    """
+
+    def __init__(
+        self,
+        algo: AlgorithmConfig,
+        policy: ActorCritic,
+        reference: ActorCritic,
+        coef: float,
+        reduce: Reduce | None = None,
+    ) -> None:
+        self.algo, self.policy, self.reference = algo, policy, reference
+        self.coef, self.reduce = coef, reduce
+
+    @torch.no_grad()
+    def penalize(self, rewards: Tensor, mask: Tensor, batch: dict[str, Tensor]) -> dict[str, float]:
+        """Subtract the penalty from `rewards` (T, N) in place; returns the scalars to log."""
+        a = self.algo
+        obs, actions = batch["obs"], batch["actions"]
+        rows = obs_rows(obs)
+        chunk = a.logprob_forward_micro_batch_size or rows
+        parts = []
+        for i in range(0, rows, chunk):
+            sl = slice(i, i + chunk)
+            part = map_obs(lambda x, sl=sl: x[sl], obs)
+            ref_dist, _ = self.reference(part)
+            dist = self.policy(part)[0] if a.kl_penalty == "full" else None
+            lp_ref = ref_dist.log_prob(actions[sl])
+            parts.append(kl_estimate(a.kl_penalty, batch["logprobs"][sl], lp_ref, dist, ref_dist))
+        kl = torch.cat(parts).reshape(rewards.shape)  # (T, N)
+        coef = self.coef
+        rewards.sub_(coef * kl)
+        n, kl_sum = mask.sum(), (kl * mask).sum()
+        if self.reduce is not None:  # the mean over every process's transitions
+            packed = self.reduce(torch.stack([n, kl_sum]).to(torch.float64))
+            n, kl_sum = packed[0], packed[1]
+        mean_kl = float(kl_sum / n)
+        if a.kl_ctrl.type == "adaptive":
+            self.coef = adaptive_kl_coef(
+                coef, mean_kl, a.kl_ctrl.target_kl, int(n), a.kl_ctrl.horizon
+            )
+        return {"charts/kl_in_reward": mean_kl, "charts/kl_coef": coef}

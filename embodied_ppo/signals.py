@@ -13,8 +13,13 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from types import FrameType
 from typing import Any
+
+# Started by torchrun (which forwards the stop signals it gets to its workers).
+TORCHRUN = "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("WORLD_SIZE", "1")) > 1
+ECHO_SECONDS = 3.0
 
 
 class Interrupted(KeyboardInterrupt):
@@ -41,6 +46,7 @@ class GracefulStop:
     def __init__(self, signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
         self.signums = signums
         self.signum: int | None = None
+        self._at = 0.0
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> GracefulStop:
@@ -64,9 +70,16 @@ class GracefulStop:
         return exit_code(self.signum)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
         if self.signum is not None:
-            raise Interrupted(signum)
-        self.signum = signum
+            # Under torchrun a Ctrl-C arrives twice: from the terminal and forwarded by the
+            # launcher. The same signal again within a moment is that echo, not a second one.
+            if not (TORCHRUN and signum == self.signum and now - self._at < ECHO_SECONDS):
+                raise Interrupted(signum)
+            return
+        self.signum, self._at = signum, now
+        if int(os.environ.get("RANK", "0")) != 0:
+            return  # one message for the run: process 0's
         name = signal.Signals(signum).name
         # os.write, not print: the handler may run while the main thread is inside a write to
         # the same stream, and buffered streams refuse re-entrant writes.

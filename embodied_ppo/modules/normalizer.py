@@ -156,6 +156,11 @@ class RewardScaler(nn.Module):
         self.eps = eps
 
     @torch.no_grad()
+    def reset_returns(self) -> None:
+        """Forget the running discounted returns (the episodes they belonged to were cut)."""
+        self.returns.zero_()
+
+    @torch.no_grad()
     def scale_rollout(
         self,
         rewards: torch.Tensor,

@@ -132,11 +132,12 @@ def _is_plain(value: Any) -> bool:
 
 
 def _is_stateless(value: Any) -> bool:
-    """Objects that belong to the env's definition, not to its episode."""
+    """Objects that belong to the env's definition or its display, not to its episode."""
     if isinstance(value, (gym.Space, gym.envs.registration.EnvSpec)):
         return True
     cls = type(value)
-    return cls.__module__.startswith("mujoco") and cls.__name__ == "MjModel"
+    # A model, or a renderer (its scene is rebuilt from MjData at every frame).
+    return cls.__module__.startswith("mujoco") and cls.__name__ in ("MjModel", "Renderer")
 
 
 def _layers(env: gym.Env) -> list[gym.Env]:
@@ -271,15 +272,17 @@ def _where(exc: BaseException) -> str:
     return f" (at {Path(last.filename).name}:{last.lineno})"
 
 
-class TrackedEnv(gym.Wrapper):
+class TrackedEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Outermost wrapper of every vector-env member.
 
     Names failures with the member's index and gives the vector env's `call` a way to capture
-    and restore the member's state, in this process or in an async worker.
+    and restore the member's state, in this process or in an async worker. It records its
+    constructor arguments, so the member's spec can recreate it (as Gymnasium's tools do).
     """
 
     def __init__(self, env: gym.Env, index: int) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, index=index)
+        gym.Wrapper.__init__(self, env)
         self.index = index
 
     def _failure(self, where: str, exc: Exception) -> EnvFailure:

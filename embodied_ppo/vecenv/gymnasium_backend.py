@@ -1,16 +1,16 @@
-"""The only module that touches Gymnasium vector environments.
+"""The Gymnasium backends: `sync` (a lean serial vector env, optionally threaded) and `async`.
 
-`VecEnv` wraps a sync or async gymnasium vector env in SAME_STEP autoreset mode and hands the
-collector plain numpy arrays: observations, rewards, terminated/truncated flags, the final
-observation of every episode that ended this step, and finished-episode statistics (raw returns).
+`GymnasiumVecEnv` wraps either in SAME_STEP autoreset mode and hands the collector plain numpy
+arrays: observations, rewards, terminated/truncated flags, the final observation of every episode
+that ended this step, and finished-episode statistics (raw returns).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import difflib
 import functools
+import importlib
 import logging
 import math
 import os
@@ -18,67 +18,28 @@ import signal
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_space, create_empty_array
 
 from embodied_ppo.config import EnvConfig
-from embodied_ppo.env_state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
-from embodied_ppo.errors import ConfigError, TrainingError
-
-
-@dataclass
-class SpaceInfo:
-    """What the policy needs to know about an environment's spaces."""
-
-    obs_dim: int
-    action_kind: str  # "gaussian" | "categorical"
-    action_dim: int  # dimensions (Box) or number of actions (Discrete)
-    action_low: list[float] | None
-    action_high: list[float] | None
-
-
-def env_seeds(seed: int, num_envs: int, offset: int = 0, generation: int = 0) -> list[int]:
-    """Independent per-env seeds from the run seed and the global env index `offset + k`.
-
-    `generation` gives a fresh, still deterministic, set of seeds (used when a run resumes).
-    """
-    return [
-        int(
-            np.random.SeedSequence(seed, spawn_key=(offset + k, generation)).generate_state(
-                1, np.uint32
-            )[0]
-        )
-        for k in range(num_envs)
-    ]
-
-
-def group_seeds(
-    seed: int, num_envs: int, group_size: int, rollout: int, offset: int = 0
-) -> list[int]:
-    """Reset seeds for episodic collection: the `group_size` envs of a group share one seed.
-
-    Every rollout gets fresh seeds, so groups start from new (but within a group, identical)
-    states. Envs are numbered globally from `offset` (distributed runs).
-    """
-    return [
-        int(
-            np.random.SeedSequence(seed, spawn_key=(k // group_size, rollout, 1)).generate_state(
-                1, np.uint32
-            )[0]
-        )
-        for k in range(offset, offset + num_envs)
-    ]
-
-
-def noise_seed(seed: int, rollout: int) -> int:
-    """Seed of the sampling noise of one rollout (shared by every process of a run)."""
-    return int(np.random.SeedSequence(seed, spawn_key=(rollout, 2)).generate_state(1, np.uint32)[0])
+from embodied_ppo.errors import TrainingError
+from embodied_ppo.obs import map_obs as obs_map
+from embodied_ppo.obs import set_obs as obs_set
+from embodied_ppo.vecenv.base import (
+    Obs,
+    StepResult,
+    describe_spaces,
+    finite_rows,
+    obs_cast,
+    step_result,
+)
+from embodied_ppo.vecenv.seeding import env_seeds
+from embodied_ppo.vecenv.state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
 
 
 def episode_limit(cfg: EnvConfig) -> int | None:
@@ -86,35 +47,6 @@ def episode_limit(cfg: EnvConfig) -> int | None:
     if cfg.max_episode_steps is not None:
         return cfg.max_episode_steps
     return gym.spec(cfg.id).max_episode_steps
-
-
-def check_episodic(cfg: Any) -> None:
-    """Critic-free estimators collect whole episodes: the time limit must fit in a rollout."""
-    from embodied_ppo.config import CRITIC_FREE
-
-    a = cfg.algorithm
-    if a.adv_type not in CRITIC_FREE:
-        return
-    limit = episode_limit(cfg.env)
-    if limit is None:
-        raise ConfigError(
-            f"env.max_episode_steps: {cfg.env.id} has no time limit; adv_type {a.adv_type!r} "
-            "collects whole episodes, set env.max_episode_steps"
-        )
-    if a.rollout_steps < limit:
-        raise ConfigError(
-            f"algorithm.rollout_steps: got {a.rollout_steps}; adv_type {a.adv_type!r} collects one "
-            f"whole episode per env, so it must be >= the episode limit {limit} (env.max_episode_steps)"
-        )
-
-
-def check_env_id(env_id: str) -> None:
-    """Raise ConfigError for an id Gymnasium does not know, suggesting close matches."""
-    if env_id in gym.registry:
-        return
-    close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise ConfigError(f"env.id: unknown environment {env_id!r}{hint}")
 
 
 _MUJOCO_SEEN: set[str] = set()
@@ -146,14 +78,39 @@ def _route_mujoco_warnings() -> None:
         mujoco.set_mju_user_warning(_mujoco_warning)
 
 
-def _make_one(cfg: EnvConfig, render_mode: str | None = None) -> gym.Env:
+# The project's own tasks (envs/ in the repository); importing them registers their ids.
+OWN_TASKS = "embodied_ppo_envs"
+
+
+def import_env_modules(cfg: EnvConfig) -> None:
+    """Import what registers the env ids: the project's own tasks and `env.imports`."""
+    importlib.import_module(OWN_TASKS)
+    for name in cfg.imports:
+        importlib.import_module(name)
+
+
+def resolve_wrapper(name: str) -> type[gym.Wrapper]:
+    """A Gymnasium wrapper by name (`FlattenObservation`) or your own (`module:Class`)."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return getattr(gym.wrappers, name)
+
+
+def make_one(cfg: EnvConfig, render_mode: str | None = None, wrap: bool = True) -> gym.Env:
+    """One environment of `cfg`: gymnasium.make with env.kwargs and the time limit, then
+    (with `wrap`) env.wrappers in order (`cfg` already validated: see validate.check_env)."""
     _route_mujoco_warnings()
+    import_env_modules(cfg)
     kwargs = dict(cfg.kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
-    return gym.make(cfg.id, **kwargs)
+    env = gym.make(cfg.id, **kwargs)
+    for wrapper in cfg.wrappers if wrap else ():
+        env = resolve_wrapper(wrapper.name)(env, **wrapper.kwargs)
+    return env
 
 
 class _Where:
@@ -194,38 +151,7 @@ def _make_member(cfg: EnvConfig, index: int, main_pid: int) -> gym.Env:
         # and closes them. A worker whose parent dies ends when its pipe closes.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return TrackedEnv(_make_one(cfg), index)
-
-
-def make_env(cfg: EnvConfig, seed: int, env_offset: int = 0) -> VecEnv:
-    """The training vector env for `cfg.backend`: a VecEnv, or envpool's adapter (same interface).
-
-    `env_offset` is the global index of this process's first env (distributed runs).
-    """
-    if cfg.backend == "envpool":
-        from embodied_ppo.envpool_backend import EnvPoolVecEnv
-
-        return EnvPoolVecEnv(cfg, seed, env_offset)  # type: ignore[return-value]
-    return VecEnv(cfg, seed, env_offset)
-
-
-def space_info(cfg: EnvConfig) -> SpaceInfo:
-    """Build one env to read its spaces; unsupported spaces are config errors."""
-    if cfg.backend == "envpool":
-        from embodied_ppo.envpool_backend import envpool_space_info
-
-        return envpool_space_info(cfg)
-    check_env_id(cfg.id)
-    try:
-        env = _make_one(cfg)
-    except TypeError as exc:
-        raise ConfigError(
-            f"env.kwargs: {cfg.id} rejected the arguments {cfg.kwargs}: {exc}"
-        ) from None
-    try:
-        return _space_info(env.observation_space, env.action_space, cfg.id)
-    finally:
-        env.close()
+    return TrackedEnv(make_one(cfg), index)
 
 
 class SerialVectorEnv:
@@ -253,8 +179,8 @@ class SerialVectorEnv:
         self.observation_space = batch_space(first.observation_space, self.num_envs)
         self.action_space = batch_space(first.action_space, self.num_envs)
         self.metadata = first.metadata
-        shape = (self.num_envs, *first.observation_space.shape)
-        self._obs = np.zeros(shape, dtype=first.observation_space.dtype)
+        self._obs = create_empty_array(first.observation_space, self.num_envs, fn=np.zeros)
+        self._obs = dict(self._obs) if isinstance(self._obs, dict) else self._obs
         self._reward = np.zeros(self.num_envs, dtype=np.float64)
         self._term = np.zeros(self.num_envs, dtype=bool)
         self._trunc = np.zeros(self.num_envs, dtype=bool)
@@ -264,25 +190,30 @@ class SerialVectorEnv:
         self._groups = [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         self._pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
 
-    def reset(self, seed: list[int] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(self, seed: list[int] | None = None) -> tuple[Obs, dict]:
         seeds = seed if seed is not None else [None] * self.num_envs
         for i, env in enumerate(self.envs):
-            self._obs[i], _ = env.reset(seed=seeds[i])
-        return self._obs.copy(), {}
+            obs_set(self._obs, i, env.reset(seed=seeds[i])[0])
+        return obs_map(np.copy, self._obs), {}
 
-    def _step_group(self, members: range, actions: np.ndarray) -> list[tuple[int, Any]]:
-        """Step members; returns (index, final observation) of those whose episode ended."""
+    def _step_group(self, members: range, actions: np.ndarray) -> list[tuple[int, Any, Any]]:
+        """Step members; returns (index, final observation, final is_success or None) of those
+        whose episode ended."""
         obs, reward, term, trunc = self._obs, self._reward, self._term, self._trunc
+        dict_obs = isinstance(obs, dict)
         ended = []
         envs = self.envs
         for i in members:
             env = envs[i]
-            o, reward[i], te, tr, _ = env.step(actions[i])
+            o, reward[i], te, tr, info = env.step(actions[i])
             term[i], trunc[i] = te, tr
             if te or tr:
-                ended.append((i, o))
+                ended.append((i, o, info.get("is_success")))
                 o, _ = env.reset()
-            obs[i] = o
+            if dict_obs:
+                obs_set(obs, i, o)
+            else:
+                obs[i] = o
         return ended
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -297,10 +228,17 @@ class SerialVectorEnv:
                 ended += future.result()
         info: dict[str, Any] = {}
         if ended:
+            # As gymnasium's vector envs report it (only what the collector reads).
             info = {"final_obs": [None] * self.num_envs}
             info["_final_obs"] = np.zeros(self.num_envs, dtype=bool)
-            for i, o in ended:
+            success = np.zeros(self.num_envs)
+            reported = np.zeros(self.num_envs, dtype=bool)
+            for i, o, is_success in ended:
                 info["final_obs"][i], info["_final_obs"][i] = o, True
+                if is_success is not None:
+                    success[i], reported[i] = float(is_success), True
+            if reported.any():
+                info["final_info"] = {"is_success": success, "_is_success": reported}
         return self._obs, self._reward, self._term, self._trunc, info
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -325,65 +263,9 @@ class SerialVectorEnv:
             self.closed = True
 
 
-def _space_info(obs_space: gym.Space, act_space: gym.Space, env_id: str) -> SpaceInfo:
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ConfigError(
-            f"env.id: {env_id} has observation space {obs_space}; only flat Box observations are supported"
-        )
-    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
-        low, high = act_space.low.astype(np.float64), act_space.high.astype(np.float64)
-        return SpaceInfo(
-            obs_space.shape[0], "gaussian", act_space.shape[0], low.tolist(), high.tolist()
-        )
-    if isinstance(act_space, gym.spaces.Discrete):
-        if int(act_space.start) != 0:
-            raise ConfigError(
-                f"env.id: {env_id} has Discrete actions starting at {act_space.start}; only 0-based is supported"
-            )
-        return SpaceInfo(obs_space.shape[0], "categorical", int(act_space.n), None, None)
-    raise ConfigError(
-        f"env.id: {env_id} has action space {act_space}; supported: flat Box (Gaussian head) or Discrete (categorical head)"
-    )
-
-
-@dataclass
-class StepResult:
-    """One vector step, as numpy arrays of leading size N."""
-
-    obs: np.ndarray  # (N, obs_dim) float32, already reset where an episode ended
-    reward: np.ndarray  # (N,) float32, raw
-    terminated: np.ndarray  # (N,) bool
-    truncated: np.ndarray  # (N,) bool
-    final_obs: np.ndarray  # (N, obs_dim) float32; rows valid where terminated | truncated
-    episode_returns: list[float]  # raw returns of episodes that ended this step
-    episode_lengths: list[int]
-    episode_envs: list[int]  # the env index of each of those episodes
-
-
-def step_result(
-    obs: np.ndarray,
-    reward: np.ndarray,
-    term: np.ndarray,
-    trunc: np.ndarray,
-    final_obs: np.ndarray,
-    ep_return: np.ndarray,
-    ep_length: np.ndarray,
-) -> StepResult:
-    """A StepResult with the statistics of the episodes that ended; restarts their counters.
-
-    `ep_return` / `ep_length` (N,) already include this step and are updated in place.
-    """
-    ended = np.flatnonzero(term | trunc)
-    if not ended.size:  # the common step: no episode ended
-        return StepResult(obs, reward, term, trunc, final_obs, [], [], [])
-    rets, lens = ep_return[ended].tolist(), ep_length[ended].tolist()
-    ep_return[ended] = 0.0
-    ep_length[ended] = 0
-    return StepResult(obs, reward, term, trunc, final_obs, rets, lens, ended.tolist())
-
-
-class VecEnv:
-    """A gymnasium vector env with SAME_STEP autoreset, action clipping and episode statistics."""
+class GymnasiumVecEnv:
+    """A gymnasium vector env with SAME_STEP autoreset, action clipping and episode statistics
+    (the `VecEnv` protocol of `vecenv.base`)."""
 
     def __init__(self, cfg: EnvConfig, seed: int, env_offset: int = 0) -> None:
         self.cfg = cfg
@@ -395,9 +277,7 @@ class VecEnv:
             self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(fns, **mode)
         else:
             self.env = SerialVectorEnv(fns, cfg.threads)  # type: ignore[assignment]
-        self.info = _space_info(
-            self.env.single_observation_space, self.env.single_action_space, cfg.id
-        )
+        self.info = describe_spaces(self.env.single_observation_space, self.env.single_action_space)
         if self.info.action_kind == "gaussian":
             self._low = np.asarray(self.info.action_low, dtype=np.float32)
             self._high = np.asarray(self.info.action_high, dtype=np.float32)
@@ -407,8 +287,8 @@ class VecEnv:
         self.steps = 0  # vector steps taken in this run (restored on resume); for error messages
         self.env.action_space.seed(self.seeds[0])
 
-    def reset(self, seeds: list[int] | None = None) -> np.ndarray:
-        """Reset every env (with `seeds`, default: the per-env seeds of the run); returns obs (N, D)."""
+    def reset(self, seeds: list[int] | None = None) -> Obs:
+        """Reset every env (with `seeds`, default: the per-env seeds of the run); returns obs."""
         try:
             with _quiet_worker_errors():
                 obs, _ = self.env.reset(seed=seeds if seeds is not None else self.seeds)
@@ -416,7 +296,7 @@ class VecEnv:
             raise self._failure(exc, "on reset") from exc
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
-        return self._check_obs(np.asarray(obs, dtype=np.float32), "on reset")
+        return self._check_obs(obs_cast(obs, self.info), "on reset")
 
     def step(self, action: np.ndarray) -> StepResult:
         """Step with `action` (N, A) float or (N,) int; Box actions are clipped to the bounds here."""
@@ -434,17 +314,21 @@ class VecEnv:
         except Exception as exc:  # an env or a worker process failed
             raise self._failure(exc, where) from exc
         # Copies: the vector env reuses its arrays.
-        obs = self._check_obs(np.array(obs, dtype=np.float32), where)
+        obs = self._check_obs(obs_cast(obs, self.info), where)
         reward = np.array(reward, dtype=np.float32)
         term, trunc = np.array(term, dtype=bool), np.array(trunc, dtype=bool)
         ended = term | trunc
         final_obs = obs  # rows are only meaningful where an episode ended
+        success = None
         if ended.any():
-            final_obs = obs.copy()
+            final_obs = obs_map(np.copy, obs)
             mask = info.get("_final_obs", ended)
             for i in np.flatnonzero(mask):
-                final_obs[i] = info["final_obs"][i]
+                obs_set(final_obs, i, info["final_obs"][i])
             self._check_obs(final_obs, where)
+            final_info = info.get("final_info", {})
+            if "is_success" in final_info:
+                success = np.where(final_info["_is_success"], final_info["is_success"], np.nan)
         if not math.isfinite(reward.sum(dtype=np.float64)):
             bad = int(np.flatnonzero(~np.isfinite(reward))[0])
             raise TrainingError(
@@ -453,18 +337,24 @@ class VecEnv:
         self.steps += 1
         self._ep_return += reward
         self._ep_length += 1
-        return step_result(obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length)
+        return step_result(
+            obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length, success
+        )
 
     def sample_actions(self) -> np.ndarray:
         """Uniform random actions for every env (for benchmarks and smoke tests)."""
         return self.env.action_space.sample()
 
     @staticmethod
-    def _check_obs(obs: np.ndarray, where: str) -> np.ndarray:
-        # One float64 sum: NaN and Inf propagate, float32 values cannot overflow it.
-        if not math.isfinite(obs.sum(dtype=np.float64)):
-            bad = int(np.flatnonzero(~np.isfinite(obs).all(axis=-1))[0])
-            raise TrainingError(f"environment {bad} returned a non-finite observation {where}")
+    def _check_obs(obs: Obs, where: Any) -> Obs:
+        # The common case first, in one float64 sum: NaN and Inf propagate through it.
+        if not isinstance(obs, dict) and math.isfinite(obs.sum(dtype=np.float64)):
+            return obs
+        bad = finite_rows(obs)
+        if bad is not None:
+            raise TrainingError(
+                f"environment {int(bad[0])} returned a non-finite observation {where}"
+            )
         return obs
 
     def _failure(self, exc: Exception, where: str) -> TrainingError:
@@ -533,6 +423,10 @@ class VecEnv:
         self._ep_length[:] = state["ep_length"].numpy()
         return None
 
+    def set_steps(self, steps: int) -> None:
+        """The vector steps taken so far in the run (they number the steps in error messages)."""
+        self.steps = steps
+
     def close(self) -> None:
         try:
             self.env.close()
@@ -540,7 +434,7 @@ class VecEnv:
             # A dead async worker breaks the polite shutdown; terminate the others instead.
             self.env.close(terminate=True)
 
-    def __enter__(self) -> VecEnv:
+    def __enter__(self) -> GymnasiumVecEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import json
-import math
 import os
 import time
 from collections.abc import Callable
@@ -24,17 +22,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied_ppo.checkpoint import FORMAT, FORMAT_VERSION, atomic_write_bytes, checkpoints_dir
+from embodied_ppo.checkpoint import atomic_write_bytes, checkpoints_dir, read_checkpoint
 from embodied_ppo.config import Config, EnvConfig
 from embodied_ppo.errors import CheckpointError, ConfigError, UserError
-from embodied_ppo.export import PolicyNet
+from embodied_ppo.export import InferenceNet, build_actor_critic, inference_net, is_recurrent
+from embodied_ppo.logging import MetricsLogger
+from embodied_ppo.modules.actor_critic import ActorCritic
+from embodied_ppo.obs import map_obs
 from embodied_ppo.render import GLChoice, configure_headless_gl, has_display
+from embodied_ppo.vecenv.base import Obs, describe_spaces, obs_cast
 
 # Evaluation envs draw their seeds from global env indices no training env uses (training envs
 # take indices 0..num_envs-1, times ranks), so evaluation episodes never repeat training ones.
 EVAL_ENV_OFFSET = 1 << 32
 
-Action = Callable[[np.ndarray], Any]  # one observation (obs_dim,) -> one env action
+# One observation (an array, or a dict of arrays) -> one action. An Action with memory (a
+# recurrent policy) also has `reset()`, called before every episode.
+Action = Callable[[Any], Any]
 
 
 class RenderError(UserError):
@@ -43,7 +47,7 @@ class RenderError(UserError):
 
 def eval_seeds(seed: int, episodes: int) -> list[int]:
     """The reset seed of each evaluation episode, derived from `seed`."""
-    from embodied_ppo.envs import env_seeds
+    from embodied_ppo.vecenv.seeding import env_seeds
 
     return env_seeds(seed, episodes, offset=EVAL_ENV_OFFSET)
 
@@ -55,6 +59,12 @@ class EvalResult:
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
+    # info["is_success"] at the end of each episode, where the env reports it
+    successes: list[float] = field(default_factory=list)
+
+    @property
+    def success_rate(self) -> float | None:
+        return float(np.mean(self.successes)) if self.successes else None
 
     @property
     def mean_return(self) -> float:
@@ -137,35 +147,6 @@ class VideoWriter:
             self.tmp.unlink()
 
 
-def gif_bytes(
-    frames: list[np.ndarray], fps: float, max_side: int = 240, max_frames: int = 200
-) -> tuple[bytes, int, int]:
-    """A small looping GIF of `frames` (subsampled in time and space) and its (height, width)."""
-    import imageio.v3 as iio
-
-    step_t = max(1, math.ceil(len(frames) / max_frames))
-    h, w = frames[0].shape[:2]
-    step_s = max(1, math.ceil(max(h, w) / max_side))
-    small = np.stack([f[::step_s, ::step_s, :3] for f in frames[::step_t]])
-    duration_ms = 1000.0 * step_t / fps
-    data = iio.imwrite("<bytes>", small, extension=".gif", duration=duration_ms, loop=0)
-    return data, small.shape[1], small.shape[2]
-
-
-def log_video(writer: Any, tag: str, frames: list[np.ndarray], fps: float, step: int) -> None:
-    """Log frames to TensorBoard as an animated GIF image (shown under Images).
-
-    SummaryWriter.add_video needs moviepy; an encoded GIF in an image summary is exactly what
-    TensorBoard displays for a video, without that dependency.
-    """
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    data, height, width = gif_bytes(frames, fps)
-    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=data)
-    summary = Summary(value=[Summary.Value(tag=tag, image=image)])
-    writer._get_file_writer().add_summary(summary, step)
-
-
 # ------------------------------------------------------------------------------------ episodes
 def _dependency_hint(exc: BaseException) -> str | None:
     text = str(exc)
@@ -178,14 +159,15 @@ class EpisodeRunner:
     """One evaluation environment, optionally rendering rgb_array frames."""
 
     def __init__(self, env_cfg: EnvConfig, render: bool = False) -> None:
-        from embodied_ppo.envs import _make_one, check_env_id
+        from embodied_ppo.validate import check_env_id
+        from embodied_ppo.vecenv.gymnasium_backend import make_one
 
         self.env_cfg = env_cfg
         self.render = render
         self.gl: GLChoice | None = configure_headless_gl() if render else None
-        check_env_id(env_cfg.id)
+        check_env_id(env_cfg.id, env_cfg.imports)
         try:
-            self.env = _make_one(env_cfg, render_mode="rgb_array" if render else None)
+            self.env = make_one(env_cfg, render_mode="rgb_array" if render else None)
         except Exception as exc:
             first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
             if render:
@@ -203,6 +185,7 @@ class EpisodeRunner:
                 f"{env_cfg.id} cannot render frames (its render modes: {self.env.metadata.get('render_modes')})"
             )
         self.fps = float(self.env.metadata.get("render_fps") or 30)
+        self.info = describe_spaces(self.env.observation_space, self.env.action_space)
         act_space = self.env.action_space
         self.low = getattr(act_space, "low", None)
         self.high = getattr(act_space, "high", None)
@@ -259,20 +242,23 @@ class EpisodeRunner:
         seeds: list[int],
         on_frame: Callable[[int, np.ndarray], None] | None = None,
         record_episodes: int | None = None,
-        on_episode: Callable[[int, float, int], None] | None = None,
+        on_episode: Callable[[int, float, int, float | None], None] | None = None,
     ) -> EvalResult:
         """One episode per seed; frames of the first `record_episodes` (default all) go to
-        `on_frame`; `on_episode(index, return, length)` hears of each episode as it ends."""
+        `on_frame`; `on_episode(index, return, length, success or None)` hears of each episode
+        as it ends."""
         result = EvalResult()
         for ep, seed in enumerate(seeds):
             record = on_frame is not None and (record_episodes is None or ep < record_episodes)
             obs, _ = self.env.reset(seed=int(seed))
+            if hasattr(act, "reset"):
+                act.reset()  # a recurrent policy starts every episode from its initial state
             if record:
                 on_frame(ep, self.frame())
-            total, length, done = 0.0, 0, False
+            total, length, done, info = 0.0, 0, False, {}
             while not done:
-                action = act(np.asarray(obs, dtype=np.float32))
-                obs, reward, terminated, truncated, _ = self.env.step(action)
+                action = act(obs_cast(obs, self.info))
+                obs, reward, terminated, truncated, info = self.env.step(action)
                 total += float(reward)
                 length += 1
                 done = bool(terminated or truncated)
@@ -281,8 +267,11 @@ class EpisodeRunner:
             result.returns.append(total)
             result.lengths.append(length)
             result.seeds.append(int(seed))
+            success = float(info["is_success"]) if "is_success" in info else None
+            if success is not None:
+                result.successes.append(success)
             if on_episode is not None:
-                on_episode(ep, total, length)
+                on_episode(ep, total, length, success)
         return result
 
     def close(self) -> None:
@@ -290,14 +279,46 @@ class EpisodeRunner:
         self.env.close()
 
 
-def deterministic_action(net: PolicyNet) -> Action:
+class _Recurrent:
+    """An Action that carries a recurrent policy's state from step to step."""
+
+    def __init__(self, step: Callable[[Obs, torch.Tensor], tuple[Any, torch.Tensor]]) -> None:
+        self.step = step
+        self.state: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        self.state = None
+
+    def __call__(self, obs: Obs) -> Any:
+        action, self.state = self.step(obs, self.state)
+        return action
+
+
+def deterministic_action(net: InferenceNet) -> Action:
     """The deployed policy's action for one observation, as the env expects it."""
     device = net.action_low.device
 
-    def act(obs: np.ndarray) -> Any:
-        with torch.no_grad():
-            action = net(torch.from_numpy(obs).to(device)).cpu().numpy()
+    def as_env_action(action: torch.Tensor) -> Any:
+        action = action.cpu().numpy()
         return int(action) if not net.is_gaussian else action
+
+    def tensors(obs: Obs) -> Any:
+        return map_obs(lambda x: torch.from_numpy(x).to(device), obs)
+
+    if is_recurrent(net):
+
+        def step(obs: Obs, state: torch.Tensor | None) -> tuple[Any, torch.Tensor]:
+            if state is None:
+                state = net.initial_state(1)[0]
+            with torch.no_grad():
+                action, state = net(tensors(obs), state)
+            return as_env_action(action), state
+
+        return _Recurrent(step)
+
+    def act(obs: Obs) -> Any:
+        with torch.no_grad():
+            return as_env_action(net(tensors(obs)))
 
     return act
 
@@ -311,13 +332,29 @@ def stochastic_action(policy: Any, seed: int) -> Action:
     low = policy.action_low.cpu().numpy()
     high = policy.action_high.cpu().numpy()
 
-    def act(obs: np.ndarray) -> Any:
+    def sample(dist: Any) -> Any:
+        action = dist.sample(policy.sample_noise(1, torch.device("cpu"), gen).to(device))[0]
+        if isinstance(dist, DiagGaussian):
+            return np.clip(action.cpu().numpy(), low, high)  # as training envs clip
+        return int(action)
+
+    def batch(obs: Obs) -> Any:
+        return map_obs(lambda x: torch.from_numpy(x).to(device).unsqueeze(0), obs)
+
+    if policy.state_size:
+
+        def step(obs: Obs, state: torch.Tensor | None) -> tuple[Any, torch.Tensor]:
+            if state is None:
+                state = policy.initial_state(1, device)
+            with torch.no_grad():
+                dist, _, state = policy.step(batch(obs), state)
+                return sample(dist), state
+
+        return _Recurrent(step)
+
+    def act(obs: Obs) -> Any:
         with torch.no_grad():
-            dist, _ = policy(torch.from_numpy(obs).to(device).unsqueeze(0))
-            action = dist.sample(policy.sample_noise(1, torch.device("cpu"), gen).to(device))[0]
-            if isinstance(dist, DiagGaussian):
-                return np.clip(action.cpu().numpy(), low, high)  # as training envs clip
-            return int(action)
+            return sample(policy(batch(obs))[0])
 
     return act
 
@@ -366,17 +403,16 @@ def evaluate_command(
         raise UserError(f"--episodes: got {episodes}, expected an integer >= 1")
     if video is not None:
         configure_headless_gl()  # before anything imports mujoco
-    from embodied_ppo.config import from_dict
-    from embodied_ppo.export import _build_actor_critic, read_checkpoint
+    from embodied_ppo.config import from_dict, upgrade
 
     dev = _resolve_device(device)
     ckpt, state = read_checkpoint(source)
     try:
-        cfg = from_dict(state["config"])
+        cfg = from_dict(upgrade(state["config"]))
     except (KeyError, UserError) as exc:
         raise CheckpointError(f"{ckpt}: its config cannot be read ({exc})") from None
-    policy = _build_actor_critic(state, str(ckpt)).to(dev)
-    net = PolicyNet(policy).to(dev)
+    policy = build_actor_critic(state, str(ckpt)).to(dev)
+    net = inference_net(policy).to(dev)
     seed = cfg.trainer.seed if seed is None else seed
     if not 0 <= seed < 2**63:
         raise UserError(f"--seed: got {seed}, expected an integer in [0, 2^63)")
@@ -413,10 +449,11 @@ def evaluate_command(
             flush=True,
         )
 
-        def report(i: int, ret: float, length: int) -> None:
-            print(
-                f"episode {i + 1:>3}: return {ret:10.2f}  length {length:>6}", file=out, flush=True
-            )
+        def report(i: int, ret: float, length: int, success: float | None) -> None:
+            line = f"episode {i + 1:>3}: return {ret:10.2f}  length {length:>6}"
+            if success is not None:
+                line += f"  success {'yes' if success else 'no'}"
+            print(line, file=out, flush=True)
 
         on_frame = (lambda _ep, frame: writer.append(frame)) if writer is not None else None
         result = runner.run(act, eval_seeds(seed, episodes), on_frame=on_frame, on_episode=report)
@@ -446,15 +483,18 @@ def evaluate_command(
         "returns": result.returns,
         "lengths": result.lengths,
         "episode_seeds": result.seeds,
+        "success_rate": result.success_rate,
+        "successes": result.successes or None,
         "video": str(video_path) if video_path is not None else None,
         "package_version": __version__,
     }
     if video_path is not None:
         summary["video_frames"] = frames
         summary["video_size"] = list(size) if size else None
+    success = "" if result.success_rate is None else f", success rate {result.success_rate:.0%}"
     print(
         f"mean return {result.mean_return:.2f} +- {result.std_return:.2f} over {episodes} episode(s) "
-        f"(mean length {result.mean_length:.1f})",
+        f"(mean length {result.mean_length:.1f}{success})",
         file=out,
     )
     try:
@@ -481,21 +521,11 @@ def read_best_return(run_dir: Path) -> float | None:
     path = best_checkpoint_path(run_dir)
     if not path.is_file():
         return None
-    from embodied_ppo.export import read_checkpoint
-
     try:
         value = read_checkpoint(path)[1]["eval"]["episodic_return"]
     except (CheckpointError, KeyError, TypeError):
         return None  # an unreadable best.pt is replaced by the next evaluation
     return float(value) if isinstance(value, (int, float)) else None
-
-
-def write_checkpoint_file(path: Path, state: dict[str, Any]) -> None:
-    """A checkpoint in the standard format at `path`, written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    torch.save({"format": FORMAT, "format_version": FORMAT_VERSION, **state}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
 
 
 class PeriodicEvaluator:
@@ -538,14 +568,24 @@ class PeriodicEvaluator:
             and (iteration // self.interval) % self.video_interval == 0
         )
 
-    def evaluate(self, trainer: Any, num_iterations: int, writer: Any = None) -> dict[str, float]:
-        """Evaluate `trainer.policy` now; returns the eval/ scalars to log."""
+    def evaluate(
+        self,
+        policy: ActorCritic,
+        iteration: int,
+        num_iterations: int,
+        global_step: int,
+        save_best: Callable[[dict[str, Any]], None],
+        logger: MetricsLogger | None = None,
+    ) -> dict[str, float]:
+        """Evaluate `policy` now; returns the eval/ scalars to log.
+
+        A new best evaluation calls `save_best(evaluation)` (the trainer writes best.pt with
+        it); a filmed evaluation also goes to `logger`'s TensorBoard.
+        """
         start = time.perf_counter()
-        net = PolicyNet(trainer.policy).to(
-            "cpu"
-        )  # a frozen copy; single observations run fastest on CPU
+        net = inference_net(policy).to("cpu")  # a frozen copy: one observation is fastest on CPU
         frames: list[np.ndarray] = []
-        film = self._films(trainer.iteration, num_iterations)
+        film = self._films(iteration, num_iterations)
         result = self.runner.run(
             deterministic_action(net),
             self.seeds,
@@ -557,21 +597,23 @@ class PeriodicEvaluator:
             "eval/episodic_return_std": result.std_return,
             "eval/episodic_length": result.mean_length,
         }
+        if result.success_rate is not None:
+            scalars["eval/success_rate"] = result.success_rate
         if self.best is None or result.mean_return > self.best:
             self.best = result.mean_return
-            state = trainer.state()
-            state["eval"] = {
-                "episodic_return": result.mean_return,
-                "episodic_return_std": result.std_return,
-                "episodic_length": result.mean_length,
-                "episodes": len(result.returns),
-                "global_step": trainer.global_step,
-            }
-            write_checkpoint_file(best_checkpoint_path(self.run_dir), state)
+            save_best(
+                {
+                    "episodic_return": result.mean_return,
+                    "episodic_return_std": result.std_return,
+                    "episodic_length": result.mean_length,
+                    "episodes": len(result.returns),
+                    "global_step": global_step,
+                }
+            )
         scalars["eval/best_return"] = self.best
         if frames:
-            path = self.run_dir / "videos" / f"eval-step{trainer.global_step}.mp4"
-            video = VideoWriter(path, self.runner.fps)
+            mp4 = self.run_dir / "videos" / f"eval-step{global_step}.mp4"
+            video = VideoWriter(mp4, self.runner.fps)
             try:
                 for f in frames:
                     video.append(f)
@@ -579,8 +621,8 @@ class PeriodicEvaluator:
             except BaseException:
                 video.abort()
                 raise
-            if writer is not None:
-                log_video(writer, "eval/video", frames, self.runner.fps, trainer.global_step)
+            if logger is not None:
+                logger.add_video("eval/video", frames, self.runner.fps, global_step, mp4)
         scalars["eval/time"] = time.perf_counter() - start
         return scalars
 

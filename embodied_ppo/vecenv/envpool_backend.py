@@ -34,6 +34,7 @@ import inspect
 import math
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,8 +43,10 @@ import numpy as np
 import torch
 
 from embodied_ppo.config import EnvConfig
-from embodied_ppo.envs import SpaceInfo, StepResult, env_seeds, space_info, step_result
 from embodied_ppo.errors import ConfigError, TrainingError
+from embodied_ppo.vecenv.base import SpaceInfo, StepResult, describe_spaces, step_result
+from embodied_ppo.vecenv.gymnasium_backend import episode_limit, make_one
+from embodied_ppo.vecenv.seeding import env_seeds
 
 INSTALL_HINT = (
     "env.backend: 'envpool' needs the envpool package: pip install 'embodied-ppo[envpool]'"
@@ -190,13 +193,22 @@ def _check_kwargs(cfg: EnvConfig, defaults: dict[str, Any]) -> dict[str, Any]:
     return make_kwargs
 
 
-def _spec_space_info(spec: Any, env_id: str) -> SpaceInfo:
-    from embodied_ppo.envs import _space_info
-
+def _spec_space_info(spec: Any) -> SpaceInfo | None:
     with warnings.catch_warnings():
         # envpool builds float32 Boxes from float64 bounds; gymnasium warns about the cast.
         warnings.simplefilter("ignore")
-        return _space_info(spec.gymnasium_observation_space, spec.gymnasium_action_space, env_id)
+        try:
+            return describe_spaces(spec.gymnasium_observation_space, spec.gymnasium_action_space)
+        except ValueError:
+            return None
+
+
+def _gymnasium_space_info(cfg: EnvConfig) -> SpaceInfo:
+    env = make_one(cfg)
+    try:
+        return describe_spaces(env.observation_space, env.action_space)
+    finally:
+        env.close()
 
 
 def _same_spaces(a: SpaceInfo, b: SpaceInfo) -> bool:
@@ -210,8 +222,8 @@ def _same_spaces(a: SpaceInfo, b: SpaceInfo) -> bool:
     )
 
 
-def plan(cfg: EnvConfig) -> _Plan:
-    """Validate `cfg` for the envpool backend; every problem is a one-line ConfigError."""
+def check_id(cfg: EnvConfig) -> Any:
+    """The envpool module, once `cfg.id` is known to be a task both envpool and Gymnasium have."""
     envpool = _import_envpool()
     known = envpool.list_all_envs()
     if cfg.id not in known:
@@ -225,16 +237,19 @@ def plan(cfg: EnvConfig) -> _Plan:
             f"env.id: {cfg.id!r} is an envpool task that Gymnasium does not provide; env.backend "
             "envpool needs a task both provide (evaluation runs the Gymnasium version)"
         )
+    return envpool
+
+
+def plan(cfg: EnvConfig, gym_spaces: Callable[[EnvConfig], SpaceInfo] | None = None) -> _Plan:
+    """Check `cfg` for the envpool backend (every problem is a one-line ConfigError) and plan
+    the pool. `gym_spaces` reads (and checks) the spaces of the Gymnasium task, which evaluation
+    runs; by default they are read without checks (`validate` has done them)."""
+    envpool = check_id(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         defaults = envpool.make_spec(cfg.id).config._asdict()
     make_kwargs = _check_kwargs(cfg, defaults)
-    try:
-        gym_info = space_info(replace(cfg, backend="sync"))
-    except ConfigError as exc:
-        raise ConfigError(
-            f"{exc} (env.backend envpool: evaluation runs the Gymnasium task with the same env.kwargs)"
-        ) from None
+    gym_info = (gym_spaces or _gymnasium_space_info)(replace(cfg, backend="sync"))
     try:
         spec = envpool.make_spec(cfg.id, **make_kwargs)
     except Exception as exc:
@@ -242,23 +257,19 @@ def plan(cfg: EnvConfig) -> _Plan:
         raise ConfigError(
             f"env.kwargs: envpool's {cfg.id} rejected {cfg.kwargs}: {first}"
         ) from None
-    info = _spec_space_info(spec, cfg.id)
-    if not _same_spaces(info, gym_info):
-        raise ConfigError(
-            f"env.id: envpool's {cfg.id} has other spaces than Gymnasium's (observations "
-            f"{info.obs_dim} vs {gym_info.obs_dim}, actions {info.action_kind} {info.action_dim} vs "
-            f"{gym_info.action_kind} {gym_info.action_dim}); use env.backend sync or async"
+    info = _spec_space_info(spec)
+    if info is None or not _same_spaces(info, gym_info):
+        theirs = (
+            f"observations {info.obs_dim} vs {gym_info.obs_dim}, actions {info.action_kind} "
+            f"{info.action_dim} vs {gym_info.action_kind} {gym_info.action_dim}"
+            if info is not None
+            else "spaces the policy cannot take"
         )
-    if cfg.max_episode_steps is not None:
-        limit: int | None = cfg.max_episode_steps
-    else:
-        limit = gym.spec(cfg.id).max_episode_steps
-    return _Plan(gym_info, make_kwargs, limit)
-
-
-def envpool_space_info(cfg: EnvConfig) -> SpaceInfo:
-    """`space_info` for the envpool backend (validates the whole env block on the way)."""
-    return plan(cfg).info
+        raise ConfigError(
+            f"env.id: envpool's {cfg.id} has other spaces than Gymnasium's ({theirs}); "
+            "use env.backend sync or async"
+        )
+    return _Plan(gym_info, make_kwargs, episode_limit(cfg))
 
 
 def default_threads(num_envs: int) -> int:
@@ -418,6 +429,10 @@ class EnvPoolVecEnv:
         """Restore the step count; returns why the envs themselves cannot be restored."""
         self.steps = int(state["steps"])
         return "env.backend envpool cannot restore its environments' state"
+
+    def set_steps(self, steps: int) -> None:
+        """The vector steps taken so far in the run (they number the steps in error messages)."""
+        self.steps = steps
 
     def close(self) -> None:
         if self._pool is not None:
