@@ -1,4 +1,9 @@
-"""embodied-ppo: PPO for embodied and continuous-control reinforcement learning."""
+"""embodied-ppo: PPO for embodied and continuous-control reinforcement learning.
+
+embodied_ppo.train(config, overrides, run_dir, callbacks)  -> TrainResult
+embodied_ppo.evaluate(run_dir_or_checkpoint, episodes, ...) -> summary dict
+embodied_ppo.load_policy(run_dir_or_checkpoint)             -> a torch module for deployment
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_policy"]
+__all__ = ["__version__", "evaluate", "load_policy", "train"]
 
 if TYPE_CHECKING:
+    from embodied_ppo.api import evaluate, train
     from embodied_ppo.export import load_policy
 
 
@@ -19,4 +25,8 @@ def __getattr__(name: str) -> Any:
         from embodied_ppo.export import load_policy
 
         return load_policy
+    if name in ("train", "evaluate"):
+        from embodied_ppo import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'embodied_ppo' has no attribute {name!r}")
