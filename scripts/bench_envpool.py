@@ -36,7 +36,7 @@ def measure(contender: str, env_id: str, num_envs: int, steps: int) -> tuple[flo
 
     sys.path.insert(0, str(ROOT))
     from embodied_ppo.config import from_dict
-    from embodied_ppo.envs import make_env
+    from embodied_ppo.vecenv import make_env
 
     backend = contender.removesuffix("_lib").removesuffix("_threads")
     threads = 2 if contender == "sync_threads" else 1

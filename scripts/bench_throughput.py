@@ -4,15 +4,30 @@ Every contender runs in its own fresh subprocess (so thread settings of one cann
 another) and the contenders alternate round by round, so drift of the machine hits all of them
 alike. The raw env and our collection share one subprocess per round and alternate rollout by
 rollout there, on the same envs (each rollout continues the episodes the other left): drift
-within a round cancels, and so do differences of simulation cost between physical states. The table reports the median steps/s over rounds and the ratios that matter:
+within a round cancels, and so do differences of simulation cost between physical states. The
+table reports the median steps/s over rounds and the ratios that matter:
 
     ours_train / sb3_train      full training, identical hyperparameters
     ours_collect / raw_env      how close collection gets to the simulator's own limit
+
+Steady state (default): the first iteration of each training contender (compilation, warm-up)
+is excluded. `--whole-process STEPS` instead times whole processes from start to exit, imports,
+env creation and compilation included: `embodied-ppo train CONFIG trainer.total_steps=STEPS`
+against Stable-Baselines3 training the same settings for STEPS, and, with `--baseline-src`,
+the same command run from another checkout (a before/after comparison).
+
+Threads: each contender gets its best setting by default, and the table says which. Ours
+chooses its own (trainer.torch_threads: null). Stable-Baselines3 uses torch's default (every
+core), which on a small machine makes its update's threads fight its env stepping; so before
+the rounds both 1 thread and every core are tried for one iteration and the faster is kept
+(`--sb3-threads N` fixes it instead).
 
 Examples:
     python scripts/bench_throughput.py --env HalfCheetah-v5 --num-envs 1
     python scripts/bench_throughput.py --env HalfCheetah-v5 --num-envs 8
     python scripts/bench_throughput.py --config configs/humanoid.yaml --iterations 2
+    python scripts/bench_throughput.py --config configs/halfcheetah.yaml --whole-process 200000 \
+        --baseline-src /tmp/before
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = ("raw_env", "ours_collect", "ours_train", "sb3_train")
+WHOLE = ("ours_whole", "sb3_whole", "before_whole")
 
 
 # ----------------------------------------------------------------------------- settings
@@ -129,22 +145,18 @@ def raw_rollouts(s: dict, iterations: int, collector=None):
     """A function running one raw rollout (the vector env stepped with uniformly random
     actions; the collector's env when given, its next observation then updated)."""
     import numpy as np
-    import torch
 
-    from embodied_ppo import blas
     from embodied_ppo.config import EnvConfig
-    from embodied_ppo.envs import make_env, space_info
+    from embodied_ppo.vecenv import make_env
 
     env_cfg = EnvConfig(
         id=s["env"], num_envs=s["num_envs"], backend=s["backend"], threads=s["env_threads"]
     )
+    envs = make_env(env_cfg, seed=0) if collector is None else collector.envs
     if collector is None:
-        envs = make_env(env_cfg, seed=0)
         envs.reset()
-    else:
-        envs = collector.envs
     rng = np.random.default_rng(0)
-    info = space_info(env_cfg)
+    info = envs.info
     low = np.asarray(info.action_low, dtype=np.float32)
     high = np.asarray(info.action_high, dtype=np.float32)
     actions = rng.uniform(
@@ -154,11 +166,10 @@ def raw_rollouts(s: dict, iterations: int, collector=None):
 
     def rollout() -> None:
         rows = actions[next(done)]
-        with blas.limit(1):  # as during collection
-            for t in range(s["rollout_steps"]):
-                res = envs.step(rows[t])
+        for t in range(s["rollout_steps"]):
+            res = envs.step(rows[t])
         if collector is not None:
-            collector.obs = torch.from_numpy(res.obs.copy()).to(collector.obs.device)
+            collector.obs = res.obs.copy()  # the collector continues from here
 
     return rollout
 
@@ -214,62 +225,76 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
             elapsed = records[-1]["time"] - records[0]["time"]
             return {"steps": iterations * batch, "seconds": elapsed}
     if name == "sb3_train":
-        import torch
-        from stable_baselines3 import PPO
-        from stable_baselines3.common.callbacks import BaseCallback
-        from stable_baselines3.common.env_util import make_vec_env
-        from stable_baselines3.common.vec_env import VecNormalize
-
-        if threads is not None:
-            torch.set_num_threads(threads)
-
-        class Timer(BaseCallback):
-            def __init__(self) -> None:
-                super().__init__()
-                self.marks: list[float] = []
-
-            def _on_rollout_start(self) -> None:
-                self.marks.append(time.perf_counter())
-
-            def _on_step(self) -> bool:
-                return True
-
-        env = VecNormalize(
-            make_vec_env(s["env"], n_envs=s["num_envs"], seed=0),
-            gamma=s["gamma"],
-            clip_obs=10.0,
-            clip_reward=10.0,
-        )
-        act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[s["activation"]]
-        model = PPO(
-            "MlpPolicy",
-            env,
-            n_steps=s["rollout_steps"],
-            batch_size=s["minibatch_size"],
-            n_epochs=s["epochs"],
-            learning_rate=s["lr"],
-            gamma=s["gamma"],
-            gae_lambda=s["gae_lambda"],
-            clip_range=0.2,
-            clip_range_vf=s["value_clip"],
-            ent_coef=0.0,
-            vf_coef=0.5,
-            max_grad_norm=s["max_grad_norm"],
-            policy_kwargs={
-                "net_arch": {"pi": s["hidden"], "vf": s["hidden"]},
-                "activation_fn": act,
-                "log_std_init": s["log_std_init"],
-            },
-            device="cpu",
-            seed=0,
-            verbose=0,
-        )
-        timer = Timer()
+        model, batch = sb3_model(s, threads)
+        timer = sb3_timer()
         model.learn(total_timesteps=(iterations + 1) * batch, callback=timer)
         end = time.perf_counter()
         # marks[0] starts the warm-up iteration; marks[1] the first measured one.
         return {"steps": iterations * batch, "seconds": end - timer.marks[1]}
+    if name == "sb3_whole":  # timed from outside, as a whole process
+        model, batch = sb3_model(s, threads)
+        model.learn(total_timesteps=iterations)
+        return {"steps": iterations}
     raise ValueError(name)
+
+
+def sb3_model(s: dict, threads: int | None):
+    """Stable-Baselines3 PPO with the shared settings; (model, transitions per iteration)."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    env = VecNormalize(
+        make_vec_env(s["env"], n_envs=s["num_envs"], seed=0),
+        gamma=s["gamma"],
+        clip_obs=10.0,
+        clip_reward=10.0,
+    )
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[s["activation"]]
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=s["rollout_steps"],
+        batch_size=s["minibatch_size"],
+        n_epochs=s["epochs"],
+        learning_rate=s["lr"],
+        gamma=s["gamma"],
+        gae_lambda=s["gae_lambda"],
+        clip_range=0.2,
+        clip_range_vf=s["value_clip"],
+        ent_coef=0.0,
+        vf_coef=0.5,
+        max_grad_norm=s["max_grad_norm"],
+        policy_kwargs={
+            "net_arch": {"pi": s["hidden"], "vf": s["hidden"]},
+            "activation_fn": act,
+            "log_std_init": s["log_std_init"],
+        },
+        device="cpu",
+        seed=0,
+        verbose=0,
+    )
+    return model, s["rollout_steps"] * s["num_envs"]
+
+
+def sb3_timer():
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Timer(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.marks: list[float] = []
+
+        def _on_rollout_start(self) -> None:
+            self.marks.append(time.perf_counter())
+
+        def _on_step(self) -> bool:
+            return True
+
+    return Timer()
 
 
 # ----------------------------------------------------------------------------- driver
@@ -286,6 +311,55 @@ def machine() -> dict:
         "cuda": torch.cuda.is_available(),
         "python": platform.python_version(),
     }
+
+
+def run_worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
+    """One contender's measurement, in a fresh subprocess."""
+    cmd = [sys.executable, __file__, "--worker", name, "--settings", json.dumps(s)]
+    cmd += ["--iterations", str(iterations)]
+    if threads is not None:
+        cmd += ["--threads", str(threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        sys.exit(f"{name} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def best_sb3_threads(s: dict) -> tuple[int, dict[int, float]]:
+    """The faster of 1 thread and every core for Stable-Baselines3 (one measured iteration)."""
+    cores = os.cpu_count() or 1
+    rates = {}
+    for n in sorted({1, cores}):
+        m = run_worker("sb3_train", s, 1, n)
+        rates[n] = m["steps"] / m["seconds"]
+    return max(rates, key=rates.__getitem__), rates
+
+
+def run_whole(name: str, s: dict, args: argparse.Namespace, sb3_threads: int) -> float:
+    """Wall seconds of one whole training process of `args.whole_process` steps."""
+    import tempfile
+
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as tmp:
+        if name == "sb3_whole":
+            cmd = [sys.executable, __file__, "--worker", name, "--settings", json.dumps(s)]
+            cmd += ["--iterations", str(args.whole_process), "--threads", str(sb3_threads)]
+            cwd = ROOT
+        else:
+            config = str(Path(args.config).resolve())
+            cmd = [sys.executable, "-m", "embodied_ppo", "train", config]
+            cmd += [f"trainer.total_steps={args.whole_process}", f"trainer.run_dir={tmp}/run"]
+            if args.threads is not None:
+                cmd.append(f"trainer.torch_threads={args.threads}")
+            src = Path(args.baseline_src).resolve() if name == "before_whole" else ROOT
+            env["PYTHONPATH"] = str(src)
+            cwd = tmp  # outside both checkouts: PYTHONPATH alone decides which code runs
+        start = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
+        seconds = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.exit(f"{name} failed:\n{out.stderr}")
+    return seconds
 
 
 def main() -> None:
@@ -310,26 +384,54 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch threads for ours (default: the config's / torch's)",
+        "--threads", type=int, default=None, help="torch threads for ours (default: its own)"
     )
     p.add_argument(
-        "--sb3-threads", type=int, default=None, help="torch threads for SB3 (default: torch's)"
+        "--sb3-threads",
+        type=int,
+        default=None,
+        help="torch threads for SB3 (default: the faster of 1 and every core)",
     )
     p.add_argument("--only", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
+    p.add_argument(
+        "--whole-process",
+        type=int,
+        metavar="STEPS",
+        help="time whole training processes of STEPS steps instead (needs --config)",
+    )
+    p.add_argument("--baseline-src", help="with --whole-process: also run this checkout's code")
     p.add_argument("--json", default=None, help="write the results here")
-    p.add_argument("--worker", choices=(*CONTENDERS, "collect_pair"), help=argparse.SUPPRESS)
+    p.add_argument(
+        "--worker", choices=(*CONTENDERS, *WHOLE, "collect_pair"), help=argparse.SUPPRESS
+    )
     p.add_argument("--settings", help=argparse.SUPPRESS)
     args = p.parse_args()
 
     if args.worker:
-        threads = args.sb3_threads if args.worker == "sb3_train" else args.threads
-        print(json.dumps(worker(args.worker, json.loads(args.settings), args.iterations, threads)))
+        print(
+            json.dumps(
+                worker(args.worker, json.loads(args.settings), args.iterations, args.threads)
+            )
+        )
         return
+    if args.whole_process and not args.config:
+        p.error("--whole-process needs --config (the file the train command runs)")
 
     s = settings_from_args(args)
+    info = machine()
+    sb3_threads, tried = args.sb3_threads, {}
+    if sb3_threads is None and ("sb3_train" in args.only or args.whole_process):
+        sb3_threads, tried = best_sb3_threads(s)
+    tried_text = ", ".join(f"{n}: {r:,.0f} steps/s" for n, r in tried.items())
+    print(
+        f"threads: ours {args.threads or 'its own default (trainer.torch_threads: null)'}; "
+        f"sb3 {sb3_threads}" + (f" (tried {tried_text})" if tried else ""),
+        flush=True,
+    )
+    if args.whole_process:
+        whole(args, s, info, sb3_threads, tried)
+        return
+
     results: dict[str, list[float]] = {c: [] for c in args.only}
     workers = [c for c in args.only if c not in ("raw_env", "ours_collect")]
     if "raw_env" in args.only and "ours_collect" in args.only:
@@ -338,24 +440,7 @@ def main() -> None:
         workers[:0] = [c for c in args.only if c in ("raw_env", "ours_collect")]
     for r in range(args.rounds):
         for c in workers:
-            cmd = [
-                sys.executable,
-                __file__,
-                "--worker",
-                c,
-                "--settings",
-                json.dumps(s),
-                "--iterations",
-                str(args.iterations),
-            ]
-            if args.threads is not None:
-                cmd += ["--threads", str(args.threads)]
-            if args.sb3_threads is not None:
-                cmd += ["--sb3-threads", str(args.sb3_threads)]
-            out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-            if out.returncode != 0:
-                sys.exit(f"{c} failed:\n{out.stderr}")
-            m = json.loads(out.stdout.strip().splitlines()[-1])
+            m = run_worker(c, s, args.iterations, sb3_threads if c == "sb3_train" else args.threads)
             for name, one in m.items() if c == "collect_pair" else [(c, m)]:
                 results[name].append(one["steps"] / one["seconds"])
                 print(
@@ -364,31 +449,54 @@ def main() -> None:
                 )
 
     med = {c: statistics.median(v) for c, v in results.items()}
-    info = machine()
     print()
     print(
-        f"{s['env']}: {s['num_envs']} env(s) x {s['rollout_steps']} steps, minibatch {s['minibatch_size']}, "
-        f"{s['epochs']} epochs, {s['hidden']} {s['activation']} MLP; {args.rounds} rounds x {args.iterations} iterations"
+        f"{s['env']}: {s['num_envs']} env(s) x {s['rollout_steps']} steps, minibatch "
+        f"{s['minibatch_size']}, {s['epochs']} epochs, {s['hidden']} {s['activation']} MLP; "
+        f"{args.rounds} rounds x {args.iterations} iterations"
     )
     print(
-        f"machine: {info['cores']} cores, torch {info['torch']} ({info['torch_threads_default']} threads default), cuda={info['cuda']}"
+        f"machine: {info['cores']} cores, torch {info['torch']} "
+        f"({info['torch_threads_default']} threads default), cuda={info['cuda']}"
     )
     print(f"{'contender':14s} {'steps/s (median)':>18s}")
     for c, v in med.items():
         print(f"{c:14s} {v:18,.0f}")
-    ratios = {}
-    if "ours_train" in med and "sb3_train" in med:
-        ratios["ours_train / sb3_train"] = med["ours_train"] / med["sb3_train"]
-    if "ours_collect" in med and "raw_env" in med:
-        ratios["ours_collect / raw_env"] = med["ours_collect"] / med["raw_env"]
-    # Per-round ratios pair contenders measured seconds apart: robust to slow drift of the machine.
-    pairs = {"ours_train / sb3_train": ("ours_train", "sb3_train")}
-    pairs["ours_collect / raw_env"] = ("ours_collect", "raw_env")
+    pairs = {
+        "ours_train / sb3_train": ("ours_train", "sb3_train"),
+        "ours_collect / raw_env": ("ours_collect", "raw_env"),
+    }
+    report(results, med, pairs, args, s, info, {"sb3_threads": sb3_threads, "tried": tried})
+
+
+def whole(args: argparse.Namespace, s: dict, info: dict, sb3_threads: int, tried: dict) -> None:
+    names = ["ours_whole", "sb3_whole"] + (["before_whole"] if args.baseline_src else [])
+    results: dict[str, list[float]] = {c: [] for c in names}
+    for r in range(args.rounds):
+        for c in names:
+            seconds = run_whole(c, s, args, sb3_threads)
+            results[c].append(seconds)
+            print(f"round {r + 1}/{args.rounds} {c:13s} {seconds:8.1f} s", flush=True)
+    med = {c: statistics.median(v) for c, v in results.items()}
+    print()
+    print(f"{args.config}: whole processes of {args.whole_process:,} steps (seconds, median)")
+    for c, v in med.items():
+        print(f"{c:14s} {v:8.1f} s  ({args.whole_process / v:,.0f} steps/s)")
+    # Speed ratios: the other's seconds over ours.
+    pairs = {"ours / sb3 (speed)": ("sb3_whole", "ours_whole")}
+    if args.baseline_src:
+        pairs["ours / before (speed)"] = ("before_whole", "ours_whole")
+    report(results, med, pairs, args, s, info, {"sb3_threads": sb3_threads, "tried": tried})
+
+
+def report(results, med, pairs, args, s, info, threads) -> None:
+    """Median ratios and per-round ratios (contenders measured minutes apart at most)."""
     per_round = {
         k: [x / y for x, y in zip(results[a], results[b], strict=True)]
         for k, (a, b) in pairs.items()
         if a in results and b in results
     }
+    ratios = {k: med[a] / med[b] for k, (a, b) in pairs.items() if k in per_round}
     for k, v in ratios.items():
         r = per_round[k]
         print(
@@ -401,7 +509,9 @@ def main() -> None:
                 {
                     "settings": s,
                     "machine": info,
-                    "steps_per_s": results,
+                    "threads": threads,
+                    "whole_process_steps": args.whole_process,
+                    "results": results,
                     "median": med,
                     "ratios": ratios,
                     "per_round_ratios": per_round,

@@ -1,0 +1,85 @@
+"""The arm the tasks share: a planar three-joint arm on a table, torque-controlled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+from gymnasium import spaces, utils
+from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+FRAME_SKIP = 4  # 4 x 5 ms: the policy acts at 50 Hz
+VIEW_CAMERA = {"distance": 0.9, "elevation": -50.0, "azimuth": 90.0, "lookat": np.zeros(3)}
+
+
+class ArmEnv(MujocoEnv, utils.EzPickle):
+    """A MuJoCo task around the arm of assets/arm_common.xml.
+
+    Actions are the three joint torques, scaled to [-1, 1]. Subclasses set the observation
+    space, the initial state (`reset_model`) and the reward (`step`).
+    """
+
+    metadata = {
+        "render_modes": ["human", "rgb_array", "depth_array", "rgbd_tuple"],
+        "render_fps": 50,
+    }
+
+    def __init__(
+        self,
+        xml: str,
+        observation_space: spaces.Space,
+        render_mode: str | None = None,
+        width: int = 480,
+        height: int = 480,
+        **kwargs: Any,
+    ) -> None:
+        utils.EzPickle.__init__(self, render_mode=render_mode, width=width, height=height, **kwargs)
+        MujocoEnv.__init__(
+            self,
+            str(ASSETS / xml),
+            FRAME_SKIP,
+            observation_space=observation_space,
+            render_mode=render_mode,
+            width=width,
+            height=height,
+            default_camera_config=VIEW_CAMERA,
+        )
+        self.tip_site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, "fingertip")
+        self.arm_joints = 3  # qpos[:3] / qvel[:3]: shoulder, elbow, wrist
+
+    def arm_state(self) -> np.ndarray:
+        """cos and sin of the joint angles, and the joint velocities (scaled): (9,)."""
+        q = self.data.qpos[: self.arm_joints]
+        qd = self.data.qvel[: self.arm_joints]
+        return np.concatenate([np.cos(q), np.sin(q), 0.1 * qd])
+
+    def fingertip(self) -> np.ndarray:
+        """The fingertip's position on the table (x, y)."""
+        return self.data.site_xpos[self.tip_site, :2].copy()
+
+    def set_target(self, xy: np.ndarray, z: float | None = None) -> None:
+        """Move the target (Reach) or goal (Push) marker; it has no physical effect, but what
+        is drawn (and what a camera sees) follows at once."""
+        self.data.mocap_pos[0, :2] = xy
+        if z is not None:
+            self.data.mocap_pos[0, 2] = z
+        mujoco.mj_forward(self.model, self.data)
+
+    def target(self) -> np.ndarray:
+        return self.data.mocap_pos[0, :2].copy()
+
+    def sample_point(self, radius: tuple[float, float], angle: tuple[float, float]) -> np.ndarray:
+        """A point of the annulus sector radius x angle (uniform over its area)."""
+        r = np.sqrt(self.np_random.uniform(radius[0] ** 2, radius[1] ** 2))
+        a = self.np_random.uniform(*angle)
+        return np.array([r * np.cos(a), r * np.sin(a)])
+
+    def set_arm(self, qpos: np.ndarray, noise: float) -> None:
+        """Joint angles `qpos` plus uniform noise, at rest; the rest of the state as in the model."""
+        q = self.init_qpos.copy()
+        v = self.init_qvel.copy()
+        q[: self.arm_joints] = qpos + self.np_random.uniform(-noise, noise, self.arm_joints)
+        self.set_state(q, v)
