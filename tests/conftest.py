@@ -22,6 +22,8 @@ TINY = [
     "algorithm.update_epochs=1",
     "trainer.total_steps=64",
     "trainer.device=cpu",
+    # Compiling costs seconds per new shape: the tests of the compiled step turn it on.
+    "trainer.compile=false",
 ]
 
 
@@ -31,7 +33,7 @@ def tiny_config(env_id: str = "CartPole-v1", **blocks: dict) -> Config:
         "env": {"id": env_id, "num_envs": 2},
         "model": {"hidden_sizes": [16, 16]},
         "algorithm": {"rollout_steps": 16, "update_epochs": 2, "minibatch_size": 8},
-        "trainer": {"total_steps": 128, "seed": 0, "device": "cpu"},
+        "trainer": {"total_steps": 128, "seed": 0, "device": "cpu", "compile": False},
     }
     for block, values in blocks.items():
         data.setdefault(block, {}).update(values)

@@ -9,17 +9,19 @@ from toy_envs import register
 
 from embodied_ppo.buffer import RolloutBuffer
 from embodied_ppo.collector import Collector
-from embodied_ppo.envs import VecEnv
 from embodied_ppo.modules import ActorCritic, RewardScaler
-from embodied_ppo.trainer import model_spec
+from embodied_ppo.modules.snapshot import NumpyPolicy
+from embodied_ppo.trainer import policy_spec
+from embodied_ppo.validate import inference_path
+from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv
 
 CPU = torch.device("cpu")
 
 
 def build(cfg, micro=None, inference="auto"):
     torch.manual_seed(cfg.trainer.seed)
-    envs = VecEnv(cfg.env, cfg.trainer.seed)
-    policy = ActorCritic(model_spec(cfg, envs.info))
+    envs = GymnasiumVecEnv(cfg.env, cfg.trainer.seed)
+    policy = ActorCritic(policy_spec(cfg, envs.info))
     gaussian = envs.info.action_kind == "gaussian"
     buf = RolloutBuffer(
         cfg.algorithm.rollout_steps,
@@ -32,8 +34,9 @@ def build(cfg, micro=None, inference="auto"):
     scaler = RewardScaler(
         cfg.env.num_envs, cfg.algorithm.gamma, cfg.env.normalize_reward, cfg.env.clip_reward
     )
-    col = Collector(envs, policy, buf, scaler, CPU, micro, inference)
-    col.reset()
+    path = inference_path(inference, policy, cfg.env.num_envs)
+    col = Collector(envs, policy, buf, scaler, CPU, path, micro)
+    col.start()
     return envs, policy, buf, col
 
 
@@ -97,26 +100,40 @@ def test_actions_clipped_at_env_boundary_buffer_keeps_sample():
 
 
 @pytest.mark.parametrize("inference", ["host", "device"])
-def test_rollout_micro_batch_size_does_not_change_collection(inference):
-    results = []
-    for micro in (None, 1, 3):
-        cfg = tiny_config(
-            "Pendulum-v1",
-            env={"num_envs": 5},
-            algorithm={"rollout_steps": 12, "minibatch_size": 12},
-        )
-        envs, _, buf, col = build(cfg, micro, inference)
-        col.collect()
-        envs.close()
-        results.append(buf)
-    for other in results[1:]:
-        for name in ("obs", "actions", "logprobs", "values", "next_values", "rewards"):
-            assert torch.allclose(getattr(results[0], name), getattr(other, name), atol=1e-6), name
+@pytest.mark.parametrize("micro", [None, 2])
+def test_each_inference_path_honors_rollout_micro_batch_size(inference, micro, monkeypatch):
+    # At most `micro` envs per forward pass while acting, on either path (None: all 5 at once).
+    sizes = []
+    if inference == "host":
+        original = NumpyPolicy.act
+
+        def act(self, obs, noise, with_value=True, terms=None):
+            sizes.append(obs.shape[0])
+            return original(self, obs, noise, with_value, terms)
+
+        monkeypatch.setattr(NumpyPolicy, "act", act)
+    else:
+        original = ActorCritic.act
+
+        def act(self, obs, noise=None, deterministic=False):
+            sizes.append(obs.shape[0])
+            return original(self, obs, noise, deterministic)
+
+        monkeypatch.setattr(ActorCritic, "act", act)
+    cfg = tiny_config(
+        "Pendulum-v1",
+        env={"num_envs": 5},
+        algorithm={"rollout_steps": 4, "minibatch_size": 4, "rollout_micro_batch_size": micro},
+    )
+    envs, _, _, col = build(cfg, micro, inference)
+    col.collect()
+    envs.close()
+    assert sizes == ([2, 2, 1] * 4 if micro == 2 else [5] * 4)
 
 
 @pytest.mark.parametrize("share, hidden", [(True, [16, 16]), (False, [16, 16]), (False, [160])])
 def test_collection_keeps_the_policy_fixed(share, hidden):
-    # Separate critics (fused or wide) compute the values after the rollout, shared ones per step.
+    # Separate critics compute the values after the rollout, shared ones per step.
     cfg = tiny_config("Pendulum-v1", model={"share_backbone": share, "hidden_sizes": hidden})
     envs, policy, buf, col = build(cfg)
     policy.obs_normalizer.update(torch.randn(50, 3))

@@ -182,3 +182,55 @@ def test_a_lost_rank_stops_the_others_with_a_clear_message(tmp_path, how):
                 p.send_signal(signal.SIGCONT)
                 p.kill()
                 p.wait()
+
+
+LONG_RUN = [
+    "env.num_envs=2",
+    "model.hidden_sizes=[16]",
+    "algorithm.rollout_steps=16",
+    "algorithm.minibatch_size=16",
+    "algorithm.update_epochs=2",
+    "trainer.total_steps=100000000",
+    "trainer.device=cpu",
+    "trainer.compile=false",
+    "trainer.checkpoint_interval=2",
+]
+
+
+def start_launcher(run: Path) -> subprocess.Popen:
+    """`embodied-ppo torchrun` with 2 processes, in a session of its own (a shell job)."""
+    cmd = [sys.executable, "-m", "embodied_ppo", "torchrun", "--nproc_per_node=2",
+           f"--master_port={free_port()}", "train", "configs/cartpole.yaml", *LONG_RUN,
+           f"trainer.run_dir={run}"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=env(), start_new_session=True)  # fmt: skip
+    for _ in range(2400):
+        if (run / "checkpoints" / "latest.pt").exists():
+            return proc
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
+
+
+@pytest.mark.parametrize(
+    "signum, to_group, code",
+    [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
+)
+def test_the_torchrun_launcher_stops_like_one_process(tmp_path, signum, to_group, code):
+    # Ctrl-C reaches every process of the job; a `kill` reaches the launcher alone.
+    run = tmp_path / "run"
+    proc = start_launcher(run)
+    time.sleep(0.3)  # inside an iteration
+    if to_group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    out, err = proc.communicate(timeout=180)
+    name = signal.Signals(signum).name
+    assert proc.returncode == code, err
+    assert err.count(f"{name} received") == 1, err  # one message for the run
+    assert err.count("stopped at step") == 1 and "Traceback" not in err + out, err
+    step = load_checkpoint(run)["global_step"]
+    assert f"stopped at step {step:,}" in err
+    assert "continue with `embodied-ppo torchrun --nproc_per_node=2 --master_port=" in err
+    assert f"train --resume {run}`" in err

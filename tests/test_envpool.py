@@ -15,13 +15,21 @@ import numpy as np
 import pytest
 from conftest import tiny_config
 
-from embodied_ppo.envs import VecEnv, make_env, space_info
+from embodied_ppo.config import Config
 from embodied_ppo.errors import ConfigError, TrainingError
+from embodied_ppo.validate import check_env
+from embodied_ppo.vecenv import make_env
+from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv as VecEnv
 
 
 @pytest.fixture
 def envpool():
     return pytest.importorskip("envpool")
+
+
+def space_info(env_cfg):
+    """What validation finds for an env block (the rest of the config at its defaults)."""
+    return check_env(Config(env=env_cfg))
 
 
 def hopper(backend: str, num_envs: int = 2, max_episode_steps: int | None = None, **kwargs):

@@ -18,7 +18,7 @@ from conftest import tiny_config
 from embodied_ppo.checkpoint import load_checkpoint
 from embodied_ppo.cli import main
 from embodied_ppo.errors import ConfigError
-from embodied_ppo.evaluate import RenderError, eval_seeds, evaluate_command
+from embodied_ppo.evaluation import RenderError, eval_seeds, evaluate_command
 from embodied_ppo.export import load_policy
 from embodied_ppo.render import probe_backend
 from embodied_ppo.trainer import Trainer
@@ -335,7 +335,7 @@ def test_evaluation_does_not_change_training(tmp_path):
 
 
 def test_resumed_run_keeps_its_best(tmp_path):
-    from embodied_ppo.evaluate import read_best_return
+    from embodied_ppo.evaluation import read_best_return
 
     run_dir = tmp_path / "run"
     train_tiny(run_dir, total_steps=64, eval_interval=1, eval_episodes=1)

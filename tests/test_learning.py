@@ -10,9 +10,9 @@ import torch
 
 from embodied_ppo.checkpoint import load_checkpoint
 from embodied_ppo.config import load_config
-from embodied_ppo.envs import VecEnv
 from embodied_ppo.modules import ActorCritic
 from embodied_ppo.trainer import Trainer
+from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv as VecEnv
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

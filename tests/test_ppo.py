@@ -1,8 +1,12 @@
-"""The update: minibatch coverage, micro-batch invariance (Rule 3), clipping, non-finite guard."""
+"""The update: minibatch coverage, the compiled step, clipping, skipped steps, lr rules."""
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,14 +14,11 @@ from test_modules import spec
 
 from embodied_ppo.buffer import minibatch_indices
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
+from embodied_ppo.gradient_step import adapt_learning_rate
 from embodied_ppo.modules import ActorCritic
-from embodied_ppo.ppo import (
-    NonFiniteError,
-    PPOUpdate,
-    adapt_learning_rate,
-    learning_rate,
-    make_optimizer,
-)
+from embodied_ppo.ppo import NonFiniteError, PPOUpdate, learning_rate, make_optimizer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def random_batch(kind="gaussian", n=48, seed=0):
@@ -38,24 +39,33 @@ def random_batch(kind="gaussian", n=48, seed=0):
     }
 
 
-def run_update(kind, micro, algo_kw=None, optim_kw=None, seed=0):
+def make_update(
+    kind="gaussian", micro=None, algo_kw=None, optim_kw=None, seed=0, compile=False, batch=None
+):
+    """Run one update of 3 epochs over a random batch; returns (policy, metrics)."""
     torch.manual_seed(seed)
     policy = ActorCritic(spec(kind))
     policy.obs_normalizer.update(torch.randn(100, 5) * 3)
-    algo = AlgorithmConfig(
-        minibatch_size=16,
-        update_epochs=3,
-        micro_batch_size=micro,
-        entropy_bonus=0.01,
-        clip_ratio_c=3.0,
-        **(algo_kw or {}),
-    )
+    algo_kw = {"minibatch_size": 16, "update_epochs": 3, **(algo_kw or {})}
+    algo = AlgorithmConfig(micro_batch_size=micro, entropy_bonus=0.01, clip_ratio_c=3.0, **algo_kw)
     optim = OptimConfig(lr=1e-3, **(optim_kw or {}))
     upd = PPOUpdate(
-        policy, algo, optim, make_optimizer(policy, optim), torch.Generator().manual_seed(1)
+        policy,
+        algo,
+        optim,
+        make_optimizer(policy, optim),
+        torch.Generator().manual_seed(1),
+        compile=compile,
     )
-    metrics = upd.update(random_batch(kind), 8)
+    metrics = upd.update(batch if batch is not None else random_batch(kind), 8)
     return policy, metrics
+
+
+def updater(policy, algo=None, optim=None, **kw):
+    optim = optim or OptimConfig()
+    algo = algo or AlgorithmConfig(minibatch_size=16)
+    opt = make_optimizer(policy, optim)
+    return PPOUpdate(policy, algo, optim, opt, torch.Generator(), **kw), opt
 
 
 def test_every_transition_visited_once_per_epoch():
@@ -67,19 +77,8 @@ def test_every_transition_visited_once_per_epoch():
     assert not torch.equal(torch.cat(batches), again)  # reshuffled each epoch
 
 
-@pytest.mark.parametrize("kind", ["gaussian", "categorical"])
-def test_micro_batch_size_does_not_change_the_update(kind):
-    ref, ref_m = run_update(kind, None)
-    for micro in (1, 5, 16):
-        other, m = run_update(kind, micro)
-        for (name, a), b in zip(ref.state_dict().items(), other.state_dict().values()):
-            assert torch.allclose(a, b, atol=1e-5), (micro, name)
-        for key in ref_m:
-            assert m[key] == pytest.approx(ref_m[key], rel=1e-4, abs=1e-6), (micro, key)
-
-
 def test_metrics_present():
-    _, m = run_update("gaussian", None)
+    _, m = make_update("gaussian")
     for key in (
         "policy_loss",
         "value_loss",
@@ -95,39 +94,159 @@ def test_metrics_present():
     assert m["num_gradient_steps"] == 3 * 48 / 16
 
 
-def test_grad_clipping_limits_the_norm():
+def test_the_update_is_the_autograd_update():
+    # The same three steps written out with plain autograd and torch.optim.Adam.
+    from embodied_ppo.losses import ppo_loss
+    from embodied_ppo.ppo import aggregation_weights
+
+    policy, _ = make_update("gaussian", algo_kw={"update_epochs": 1, "minibatch_size": 48})
+    torch.manual_seed(0)
+    ref = ActorCritic(spec("gaussian"))
+    ref.obs_normalizer.update(torch.randn(100, 5) * 3)
+    assert not torch.equal(ref.action_head.weight, policy.action_head.weight)
+    opt = torch.optim.Adam(ref.parameters(), lr=1e-3, eps=1e-5)
+    b = random_batch()
+    order = torch.randperm(48, generator=torch.Generator().manual_seed(1))
+    b = {k: v[order] for k, v in b.items()}
+    w = aggregation_weights(b["mask"].reshape(1, -1), "token-mean", 8)[0]
+    lp, ent, v, _ = ref.evaluate(b["obs"], b["actions"])
+    loss, _ = ppo_loss(
+        lp, b["logprobs"], b["advantages"], ent, w, clip_ratio_low=0.2, clip_ratio_high=0.2,
+        clip_ratio_c=3.0, entropy_bonus=0.01, values=v, old_values=b["values"],
+        returns=b["returns"], value_clip=0.2, huber_delta=10.0, value_loss_coef=0.5,
+    )  # fmt: skip
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+    opt.step()
+    for (name, a), c in zip(ref.state_dict().items(), policy.state_dict().values()):
+        assert torch.allclose(a, c, atol=1e-6), name
+
+
+def test_grad_clipping_limits_the_step():
+    # Adam's first moment after one step is (1 - beta1) x the clipped gradient.
     torch.manual_seed(0)
     policy = ActorCritic(spec())
-    optim = OptimConfig(max_grad_norm=0.01)
-    upd = PPOUpdate(
-        policy, AlgorithmConfig(), optim, make_optimizer(policy, optim), torch.Generator()
-    )
-    for p in policy.parameters():
-        p.grad = torch.ones_like(p)
-    pre = upd._clip_grads()
-    post = torch.nn.utils.get_total_norm([p.grad for p in policy.parameters()])
-    assert pre.item() > 1.0
-    assert post.item() == pytest.approx(0.01, rel=1e-4)
+    upd, opt = updater(policy, AlgorithmConfig(minibatch_size=48, update_epochs=1),
+                       OptimConfig(max_grad_norm=0.01))  # fmt: skip
+    m = upd.update(random_batch(), 8)
+    assert m["grad_norm"] > 0.1  # reported before clipping
+    moments = torch.cat([opt.state[p]["exp_avg"].reshape(-1) for p in policy.parameters()])
+    assert moments.norm().item() == pytest.approx(0.1 * 0.01, rel=1e-3)
 
 
 def test_non_finite_loss_never_reaches_the_weights():
     torch.manual_seed(0)
     policy = ActorCritic(spec())
     before = copy.deepcopy(policy.state_dict())
-    optim = OptimConfig()
-    upd = PPOUpdate(
-        policy,
-        AlgorithmConfig(minibatch_size=16),
-        optim,
-        make_optimizer(policy, optim),
-        torch.Generator(),
-    )
+    upd, opt = updater(policy)
     batch = random_batch()
     batch["returns"][3] = float("nan")
     with pytest.raises(NonFiniteError, match="value_loss"):
         upd.update(batch, 8)
     for k, v in policy.state_dict().items():
         assert torch.equal(v, before[k])
+    assert all(int(s["step"]) == 0 for s in opt.state.values())
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_deferred_non_finite_check_skips_the_steps_without_a_sync(monkeypatch, compile):
+    # The accelerator path: flagged steps change nothing; the error comes at the end.
+    monkeypatch.setattr(PPOUpdate, "_checks_each_step", lambda self, device: False)
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    before = copy.deepcopy(policy.state_dict())
+    upd, opt = updater(policy, compile=compile)
+    upd.update(random_batch(), 8)  # a good update first: Adam has moments to keep
+    after_good = copy.deepcopy(policy.state_dict())
+    moments = {id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in policy.parameters()}
+    assert not all(torch.equal(v, before[k]) for k, v in after_good.items())
+    batch = random_batch()
+    batch["returns"][:] = float("nan")  # every minibatch is poisoned
+    with pytest.raises(NonFiniteError, match="epoch 0, minibatch 0"):
+        upd.update(batch, 8)
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, after_good[k]), k
+    for p in policy.parameters():  # moments and step counts untouched
+        for key, value in opt.state[p].items():
+            assert torch.equal(value, moments[id(p)][key]), key
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_early_stop_drops_the_step_that_trips_it(compile):
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    batch = random_batch()
+    with torch.no_grad():
+        batch["logprobs"], _, batch["values"], _ = policy.evaluate(batch["obs"], batch["actions"])
+    upd, opt = updater(policy, AlgorithmConfig(minibatch_size=16, early_stop_kl=1e-9),
+                       OptimConfig(lr=1e-2), compile=compile)  # fmt: skip
+    m = upd.update(batch, 8)
+    # The first minibatch has ratio 1 (kl 0): it steps; the next one exceeds the threshold.
+    assert m["num_gradient_steps"] == 1 and m["early_stopped"] == 1.0
+    assert all(int(s["step"]) == 1 for s in opt.state.values())
+
+
+def test_compiled_update_matches_eager():
+    eager, m_eager = make_update("gaussian", None)
+    compiled, m = make_update("gaussian", None, compile=True)
+    for k, v in eager.state_dict().items():
+        assert torch.allclose(v, compiled.state_dict()[k], atol=1e-5), k
+    for key in m_eager:
+        assert m[key] == pytest.approx(m_eager[key], rel=1e-4, abs=1e-6), key
+
+
+def test_without_a_compiler_training_runs_eagerly_with_one_note(tmp_path):
+    # No C++ compiler on the PATH and an empty compile cache: the command trains anyway, says
+    # so in one line, and computes what trainer.compile=false computes.
+    from conftest import TINY
+
+    from embodied_ppo.checkpoint import load_checkpoint
+
+    def train(run: str, *extra: str) -> str:
+        env = {
+            **os.environ,
+            "PATH": str(tmp_path / "bin"),
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+            "PYTHONWARNINGS": "ignore",
+        }
+        tiny = [o for o in TINY if not o.startswith("trainer.compile")]
+        args = ["configs/cartpole.yaml", *tiny, f"trainer.run_dir={tmp_path / run}", *extra]
+        out = subprocess.run(
+            [sys.executable, "-m", "embodied_ppo", "train", *args],
+            capture_output=True, text=True, cwd=ROOT, env=env,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    (tmp_path / "bin").mkdir()
+    out = train("compiled", "trainer.compile=true")
+    notes = [line for line in out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "trainer.compile: the update could not be compiled" in notes[0]
+    assert "No working C++ compiler" in notes[0] and "runs eagerly" in notes[0]
+    assert "note:" not in train("eager", "trainer.compile=false")
+    a, b = load_checkpoint(tmp_path / "compiled"), load_checkpoint(tmp_path / "eager")
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+
+
+def test_optimizer_state_survives_a_checkpoint_round_trip():
+    # The flat moments are the optimizer's per-parameter state: saved and loaded as usual.
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    upd, opt = updater(policy)
+    upd.update(random_batch(), 8)
+    saved = copy.deepcopy(opt.state_dict())
+    upd.update(random_batch(seed=1), 8)
+    expected = copy.deepcopy(policy.state_dict())
+
+    torch.manual_seed(0)
+    other = ActorCritic(spec())
+    upd2, opt2 = updater(other)
+    upd2.update(random_batch(), 8)
+    opt2.load_state_dict(copy.deepcopy(saved))  # replaces the state tensors
+    upd2.update(random_batch(seed=1), 8)
+    for k, v in expected.items():
+        assert torch.equal(v, other.state_dict()[k]), k
 
 
 def test_learning_rate_schedules():
@@ -140,12 +259,16 @@ def test_learning_rate_schedules():
 
 def test_adaptive_learning_rate_thresholds():
     o = OptimConfig(lr=1e-3, schedule="adaptive", desired_kl=0.01, lr_min=1e-5, lr_max=1e-2)
-    assert adapt_learning_rate(1e-3, 0.021, o) == pytest.approx(1e-3 / 1.5)  # kl > 2 x desired
-    assert adapt_learning_rate(1e-3, 0.019, o) == 1e-3  # in between: unchanged
-    assert adapt_learning_rate(1e-3, 0.0051, o) == 1e-3
-    assert adapt_learning_rate(1e-3, 0.0049, o) == pytest.approx(1.5e-3)  # kl < desired / 2
-    assert adapt_learning_rate(9e-3, 0.0, o) == 1e-2  # clamped at lr_max
-    assert adapt_learning_rate(1.2e-5, 1.0, o) == 1e-5  # clamped at lr_min
+
+    def adapt(lr, kl):
+        return adapt_learning_rate(torch.tensor(lr, dtype=torch.float64), torch.tensor(kl), o)
+
+    assert adapt(1e-3, 0.021).item() == pytest.approx(1e-3 / 1.5)  # kl > 2 x desired
+    assert adapt(1e-3, 0.019).item() == pytest.approx(1e-3)  # in between: unchanged
+    assert adapt(1e-3, 0.0051).item() == pytest.approx(1e-3)
+    assert adapt(1e-3, 0.0049).item() == pytest.approx(1.5e-3)  # kl < desired / 2
+    assert adapt(9e-3, 0.0).item() == pytest.approx(1e-2)  # clamped at lr_max
+    assert adapt(1.2e-5, 1.0).item() == pytest.approx(1e-5)  # clamped at lr_min
 
 
 def test_update_reduces_the_loss_on_a_fixed_batch():
@@ -156,50 +279,8 @@ def test_update_reduces_the_loss_on_a_fixed_batch():
         v0 = policy.value(batch["obs"])
     err0 = (batch["returns"] - v0).square().mean()
     algo = AlgorithmConfig(minibatch_size=48, update_epochs=300, value_clip=None)
-    optim = OptimConfig(lr=3e-3)
-    PPOUpdate(policy, algo, optim, make_optimizer(policy, optim), torch.Generator()).update(
-        batch, 8
-    )
+    upd, _ = updater(policy, algo, OptimConfig(lr=3e-3))
+    upd.update(batch, 8)
     with torch.no_grad():
         err1 = (batch["returns"] - policy.value(batch["obs"])).square().mean()
     assert err1 < 0.5 * err0
-
-
-def test_deferred_non_finite_check_skips_the_step_without_a_sync():
-    # The accelerator path: the fused optimizer drops flagged steps; the error comes at the end.
-    torch.manual_seed(0)
-    policy = ActorCritic(spec())
-    before = copy.deepcopy(policy.state_dict())
-    optim = OptimConfig()
-    opt = make_optimizer(policy, optim)
-    upd = PPOUpdate(policy, AlgorithmConfig(minibatch_size=16), optim, opt, torch.Generator())
-    upd._skips_on_flag = True
-    batch = random_batch()
-    batch["returns"][:] = float("nan")  # every minibatch is poisoned
-    with pytest.raises(NonFiniteError, match="epoch 0, minibatch 0"):
-        upd.update(batch, 8)
-    for k, v in policy.state_dict().items():
-        assert torch.equal(v, before[k]), k
-    assert all(int(s["step"]) == 0 for s in opt.state.values())  # moments and steps untouched
-    assert not hasattr(opt, "found_inf")
-
-
-def test_compiled_update_matches_eager():
-    eager, m_eager = run_update("gaussian", None)
-    torch.manual_seed(0)
-    policy = ActorCritic(spec())
-    policy.obs_normalizer.update(torch.randn(100, 5) * 3)
-    algo = AlgorithmConfig(minibatch_size=16, update_epochs=3, entropy_bonus=0.01, clip_ratio_c=3.0)
-    optim = OptimConfig(lr=1e-3)
-    upd = PPOUpdate(
-        policy,
-        algo,
-        optim,
-        make_optimizer(policy, optim),
-        torch.Generator().manual_seed(1),
-        compile=True,
-    )
-    m = upd.update(random_batch("gaussian"), 8)
-    for k, v in eager.state_dict().items():
-        assert torch.allclose(v, policy.state_dict()[k], atol=1e-5), k
-    assert m["policy_loss"] == pytest.approx(m_eager["policy_loss"], rel=1e-4, abs=1e-6)

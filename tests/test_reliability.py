@@ -27,9 +27,9 @@ from embodied_ppo.checkpoint import (
     save_checkpoint,
     trim_metrics,
 )
-from embodied_ppo.envs import env_seeds
 from embodied_ppo.errors import TrainingError
 from embodied_ppo.trainer import Trainer
+from embodied_ppo.vecenv import env_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -299,7 +299,7 @@ def _bad_latest(kind: str, good: bytes, tmp_path: Path) -> bytes:
         ("random", "not a readable checkpoint"),
         ("empty", "not a readable checkpoint"),
         ("malicious", "refused to load: it asks to import posix.system"),
-        ("other_task", "the latest checkpoint was not written by this run's config"),
+        ("other_task", "the checkpoint was not written by this run's config"),
     ],
 )
 def test_resume_refuses_a_bad_latest_checkpoint_and_keeps_it(

@@ -35,3 +35,54 @@ def register() -> str:
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=CountingEnv)
     return env_id
+
+
+class DictEnv(gym.Env):
+    """Dict observations: a small uint8 image showing a bright square where the goal is,
+    the agent's own position (a vector), and the goal itself (privileged state).
+
+    reward = -|position - goal|; actions move the agent (Box, 2-D); 20-step episodes.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, size: int = 32, render_mode: str | None = None) -> None:
+        self.size = size
+        self.render_mode = render_mode
+        self.observation_space = spaces.Dict(
+            {
+                "image": spaces.Box(0, 255, (size, size, 3), np.uint8),
+                "position": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "goal": spaces.Box(-1.0, 1.0, (2,), np.float32),
+            }
+        )
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.position = np.zeros(2, np.float32)
+        self.goal = np.zeros(2, np.float32)
+
+    def _obs(self) -> dict:
+        image = np.zeros((self.size, self.size, 3), np.uint8)
+        r, c = ((self.goal + 1.0) / 2.0 * (self.size - 2)).astype(int)
+        image[r : r + 2, c : c + 2] = 255
+        return {"image": image, "position": self.position.copy(), "goal": self.goal.copy()}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.position = np.zeros(2, np.float32)
+        self.goal = self.np_random.uniform(-0.9, 0.9, 2).astype(np.float32)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.position = np.clip(self.position + 0.2 * np.asarray(action), -1, 1).astype(np.float32)
+        distance = float(np.linalg.norm(self.position - self.goal))
+        return self._obs(), -distance, False, False, {"is_success": float(distance < 0.2)}
+
+    def render(self):
+        return np.repeat(np.repeat(self._obs()["image"], 4, axis=0), 4, axis=1)
+
+
+def register_dict() -> str:
+    env_id = "EmbodiedPPOTestDict-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=DictEnv, max_episode_steps=20)
+    return env_id

@@ -1,12 +1,20 @@
+"""The environment layer: the Gymnasium backends, seeding, and Gymnasium's env checker."""
+
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import tiny_config
+from gymnasium.utils.env_checker import check_env as gymnasium_check_env
+from toy_envs import register
 
-from embodied_ppo.envs import SerialVectorEnv, VecEnv, check_env_id, env_seeds, space_info
 from embodied_ppo.errors import ConfigError, TrainingError
+from embodied_ppo.validate import check_env, check_env_id
+from embodied_ppo.vecenv import env_seeds, group_seeds, make_env, noise_seed
+from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv as VecEnv
+from embodied_ppo.vecenv.gymnasium_backend import SerialVectorEnv, make_one
+from embodied_ppo.vecenv.state import TrackedEnv
 
 
 def test_unknown_env_id_suggests_close_matches():
@@ -19,18 +27,40 @@ def test_unknown_env_id_suggests_close_matches():
 
 
 def test_space_info_box_and_discrete():
-    box = space_info(tiny_config("Pendulum-v1").env)
+    box = check_env(tiny_config("Pendulum-v1"))
     assert (box.obs_dim, box.action_kind, box.action_dim) == (3, "gaussian", 1)
     assert box.action_low == [-2.0] and box.action_high == [2.0]
-    disc = space_info(tiny_config("CartPole-v1").env)
+    disc = check_env(tiny_config("CartPole-v1"))
     assert (disc.obs_dim, disc.action_kind, disc.action_dim) == (4, "categorical", 2)
+    with make_env(tiny_config("Pendulum-v1").env, seed=0) as envs:
+        assert envs.info == box  # what the backend reports is what validation saw
 
 
 def test_unsupported_spaces_and_kwargs_are_config_errors():
-    with pytest.raises(ConfigError, match="only flat Box observations"):
-        space_info(tiny_config("FrozenLake-v1").env)
+    with pytest.raises(ConfigError, match="supported: a flat Box, or a Dict of flat Boxes"):
+        check_env(tiny_config("FrozenLake-v1"))
     with pytest.raises(ConfigError, match="env.kwargs"):
-        space_info(tiny_config("CartPole-v1", env={"kwargs": {"no_such_arg": 1}}).env)
+        check_env(tiny_config("CartPole-v1", env={"kwargs": {"no_such_arg": 1}}))
+
+
+@pytest.mark.filterwarnings("ignore:.*WARN:")  # the checker's advice on infinite Box bounds
+@pytest.mark.parametrize(
+    "env_id", ["CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "Humanoid-v5", "counting"]
+)
+def test_every_member_passes_gymnasiums_env_checker(env_id):
+    # A vector env member as the backends build it: the env inside our TrackedEnv wrapper.
+    env_id = register() if env_id == "counting" else env_id
+    member = TrackedEnv(make_one(tiny_config(env_id).env), index=0)
+    gymnasium_check_env(member, skip_render_check=True)
+    member.close()
+
+
+def test_group_and_noise_seeds():
+    seeds = group_seeds(0, 8, 4, rollout=0)
+    assert seeds[:4] == [seeds[0]] * 4 and seeds[4:] == [seeds[4]] * 4 and seeds[0] != seeds[4]
+    assert group_seeds(0, 4, 4, rollout=0, offset=4) == seeds[4:]  # global env numbering
+    assert group_seeds(0, 8, 4, rollout=1) != seeds  # fresh states every rollout
+    assert noise_seed(0, 3) == noise_seed(0, 3) != noise_seed(0, 4) != noise_seed(1, 4)
 
 
 def test_env_seeds_depend_on_run_seed_and_index():

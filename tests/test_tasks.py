@@ -1,0 +1,122 @@
+"""The project's own tasks (envs/): registration, the env checker, seeding, success, frames."""
+
+from __future__ import annotations
+
+import embodied_ppo_envs
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+TASKS = list(embodied_ppo_envs.TASKS)
+
+
+@pytest.fixture
+def make():
+    made = []
+
+    def factory(env_id, **kwargs):
+        env = gym.make(env_id, **kwargs)
+        made.append(env)
+        return env
+
+    yield factory
+    for env in made:
+        env.close()
+
+
+def rollout(env, seed, steps=30):
+    """Observations and rewards of `steps` seeded random steps."""
+    obs, _ = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    out = [obs]
+    for _ in range(steps):
+        obs, reward, *_ = env.step(env.action_space.sample())
+        out += [obs, reward]
+    return out
+
+
+def same(a, b) -> bool:
+    if isinstance(a, dict):
+        return all(np.array_equal(a[k], b[k]) for k in a)
+    return np.array_equal(a, b)
+
+
+def test_ids_are_registered_under_a_name_of_our_own():
+    assert embodied_ppo_envs.__name__ == "embodied_ppo_envs"  # not a generic `envs` module
+    for env_id in TASKS:
+        assert env_id.startswith("EmbodiedPPO/") and env_id in gym.registry
+
+
+@pytest.mark.filterwarnings("ignore:.*WARN:")  # the checker's advice on infinite Box bounds
+@pytest.mark.parametrize("env_id", TASKS)
+def test_each_task_passes_gymnasiums_env_checker(env_id, make):
+    check_env(make(env_id).unwrapped, skip_render_check=True)
+
+
+@pytest.mark.parametrize("env_id", TASKS)
+def test_each_task_is_seeded(env_id, make):
+    a, b, c = rollout(make(env_id), 1), rollout(make(env_id), 1), rollout(make(env_id), 2)
+    assert all(same(x, y) for x, y in zip(a, b, strict=True))
+    assert not same(a[0], c[0])  # another seed: another target (and block)
+
+
+@pytest.mark.parametrize("env_id", TASKS)
+def test_each_task_renders_rgb_frames(env_id, make):
+    # The arms take a frame size; the classic-control tasks draw at their own.
+    size = {} if env_id.endswith("NoVel-v1") else {"width": 96, "height": 80}
+    env = make(env_id, render_mode="rgb_array", **size)
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.ndim == 3 and frame.shape[2] == 3 and frame.dtype == np.uint8 and frame.std() > 5
+    assert not size or frame.shape[:2] == (80, 96)
+
+
+@pytest.mark.parametrize("env_id, limit", [(TASKS[0], 100), (TASKS[1], 150), (TASKS[2], 100)])
+def test_episodes_end_at_the_time_limit_with_is_success(env_id, limit, make):
+    env = make(env_id)
+    env.reset(seed=0)
+    for t in range(limit):
+        _, _, terminated, truncated, info = env.step(np.zeros(3, dtype=np.float32))
+        assert not terminated and truncated == (t == limit - 1)
+        assert info["is_success"] in (0.0, 1.0) and info["distance"] >= 0.0
+
+
+def test_reach_success_and_reward_follow_the_distance(make):
+    env = make("EmbodiedPPO/Reach-v0").unwrapped
+    env.reset(seed=0)
+    # Put the target on the fingertip: success, and the bonus outweighs the distance term.
+    env.set_target(env.fingertip())
+    _, reward, _, _, info = env.step(np.zeros(3))
+    assert info["is_success"] == 1.0 and info["distance"] < 0.02 and reward > 0.9
+    env.set_target(env.fingertip() + np.array([0.1, 0.0]))
+    _, reward, _, _, info = env.step(np.zeros(3))
+    assert info["is_success"] == 0.0 and reward == pytest.approx(-info["distance"], abs=1e-9)
+
+
+def test_push_moves_the_block_by_contact(make):
+    env = make("EmbodiedPPO/Push-v0").unwrapped
+    for seed in range(3):
+        env.reset(seed=seed)
+        start = env.block()
+        # Swing the curled arm round through the block's side of the table: the links sweep it.
+        for _ in range(50):
+            env.step(np.array([-1.0, 0.0, 0.0]))
+        assert np.linalg.norm(env.block() - start) > 0.05
+        # Slid, not tipped: its centre is still at half its height above the table.
+        assert abs(env.data.xpos[env.block_body, 2] - 0.03) < 0.002
+
+
+def test_reach_pixels_sees_the_target_and_keeps_privileged_state_apart(make):
+    env = make("EmbodiedPPO/ReachPixels-v0")
+    obs, _ = env.reset(seed=0)
+    image = obs["image"]
+    assert image.shape == (64, 64, 3) and image.dtype == np.uint8
+    red = (image[..., 0] > 180) & (image[..., 1] < 90) & (image[..., 2] < 90)
+    assert red.sum() >= 3  # the target ball
+    tip_target = obs["privileged"]
+    assert tip_target.shape == (4,) and obs["proprio"].shape == (9,)
+    # The privileged target position is where the image shows the ball: move it, the image moves.
+    env.unwrapped.set_target(-tip_target[2:])
+    moved = env.unwrapped._get_obs()
+    assert not np.array_equal(moved["image"], image)
