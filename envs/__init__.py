@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-TASKS = {
+# id: (entry point, time limit in steps)
+ARM_TASKS = {
     "EmbodiedPPO/Reach-v0": ("embodied_ppo_envs.reach:ReachEnv", 100),
     "EmbodiedPPO/Push-v0": ("embodied_ppo_envs.push:PushEnv", 150),
     "EmbodiedPPO/ReachPixels-v0": ("embodied_ppo_envs.reach_pixels:ReachPixelsEnv", 100),
+}
+MEMORY_TASKS = {
     "EmbodiedPPO/CartPoleNoVel-v1": ("embodied_ppo_envs.pomdp:cartpole_no_velocity", 500),
     "EmbodiedPPO/PendulumNoVel-v1": ("embodied_ppo_envs.pomdp:pendulum_no_velocity", 200),
 }
+TASKS = {**ARM_TASKS, **MEMORY_TASKS}
 
 for _id, (_entry_point, _limit) in TASKS.items():
     if _id not in gym.registry:

@@ -31,7 +31,7 @@ def main() -> None:
     runs = dict(item.split("=", 1) for item in args.run)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for env_id in embodied_ppo_envs.TASKS:
+    for env_id in embodied_ppo_envs.ARM_TASKS:
         env = gym.make(env_id, render_mode="rgb_array", width=320, height=240)
         obs, _ = env.reset(seed=args.seed)
         if env_id in runs:

@@ -64,7 +64,7 @@ def test_each_task_is_seeded(env_id, make):
 @pytest.mark.parametrize("env_id", TASKS)
 def test_each_task_renders_rgb_frames(env_id, make):
     # The arms take a frame size; the classic-control tasks draw at their own.
-    size = {} if env_id.endswith("NoVel-v1") else {"width": 96, "height": 80}
+    size = {"width": 96, "height": 80} if env_id in embodied_ppo_envs.ARM_TASKS else {}
     env = make(env_id, render_mode="rgb_array", **size)
     env.reset(seed=0)
     frame = env.render()
