@@ -1,0 +1,229 @@
+"""Memory on partially observed tasks: our recurrent PPO, the same config without memory, and
+sb3-contrib's RecurrentPPO, side by side on the same machine.
+
+For each task and seed, three contenders train for the same number of env steps, each in its own
+subprocess, one after the other:
+
+    ours        embodied-ppo train configs/<task>_pomdp.yaml            (an LSTM)
+    memoryless  the same config with model.recurrent=null                (an MLP: the control)
+    sb3         sb3_contrib.RecurrentPPO, RL Baselines3 Zoo's ppo_lstm settings for the task
+
+and each final policy is evaluated deterministically on the same episodes (those of
+`embodied-ppo eval --seed 10000`; the recurrent state reset at every episode start). The JSON holds every number; the table prints
+each contender's mean over seeds of the evaluation return and the wall time of its process.
+
+Examples:
+    python scripts/bench_recurrent.py --task cartpole --seeds 0 1 2
+    python scripts/bench_recurrent.py --task pendulum --seeds 0 --contenders ours sb3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TASKS = {
+    "cartpole": {
+        "config": "configs/cartpole_pomdp.yaml",
+        "env_id": "EmbodiedPPO/CartPoleNoVel-v1",
+        "steps": 100_000,
+        # RL Baselines3 Zoo, hyperparams/ppo_lstm.yml, CartPoleNoVel-v1.
+        "sb3": {
+            "n_envs": 8,
+            "normalize": True,
+            "kwargs": {
+                "n_steps": 32,
+                "batch_size": 256,
+                "gae_lambda": 0.8,
+                "gamma": 0.98,
+                "n_epochs": 20,
+                "ent_coef": 0.0,
+                "learning_rate": "lin_0.001",
+                "clip_range": "lin_0.2",
+                "policy_kwargs": {"ortho_init": False, "lstm_hidden_size": 64},
+            },
+        },
+    },
+    "pendulum": {
+        "config": "configs/pendulum_pomdp.yaml",
+        "env_id": "EmbodiedPPO/PendulumNoVel-v1",
+        "steps": 100_000,
+        # RL Baselines3 Zoo, hyperparams/ppo_lstm.yml, PendulumNoVel-v1.
+        "sb3": {
+            "n_envs": 4,
+            "normalize": True,
+            "kwargs": {
+                "n_steps": 1024,
+                "gae_lambda": 0.95,
+                "gamma": 0.9,
+                "n_epochs": 10,
+                "ent_coef": 0.0,
+                "learning_rate": 1e-3,
+                "clip_range": 0.2,
+                "use_sde": True,
+                "sde_sample_freq": 4,
+                "policy_kwargs": {
+                    "ortho_init": False,
+                    "activation_fn": "relu",
+                    "lstm_hidden_size": 64,
+                    "enable_critic_lstm": True,
+                    "net_arch": {"pi": [64], "vf": [64]},
+                },
+            },
+        },
+    },
+}
+
+
+# ------------------------------------------------------------------------------ contenders
+
+
+def run_ours(task: dict, seed: int, steps: int, episodes: int, memory: bool, work: Path) -> dict:
+    run = work / f"{'ours' if memory else 'memoryless'}_{seed}"
+    extra = [] if memory else ["model.recurrent=null", "algorithm.sequence_length=null"]
+    cmd = [sys.executable, "-m", "embodied_ppo", "train", task["config"], *extra,
+           f"trainer.seed={seed}", f"trainer.total_steps={steps}", "trainer.eval_interval=null",
+           f"trainer.run_dir={run}"]  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "embodied_ppo",
+            "eval",
+            str(run),
+            "--episodes",
+            str(episodes),
+            "--seed",
+            "10000",
+        ],  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    summary = json.loads((run / "eval.json").read_text())
+    return {"wall_s": wall, "returns": summary["returns"], "mean": summary["mean_return"]}
+
+
+SB3_CHILD = r"""
+import json, sys, time
+import numpy as np
+import torch
+import gymnasium as gym
+import embodied_ppo_envs  # registers the tasks
+from embodied_ppo.evaluation import eval_seeds
+from sb3_contrib import RecurrentPPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecNormalize
+
+spec, seed, steps, episodes = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(1)
+kw = dict(spec["kwargs"])
+def schedule(value):
+    if isinstance(value, str) and value.startswith("lin_"):
+        v = float(value[4:])
+        return lambda progress: progress * v
+    return value
+for key in ("learning_rate", "clip_range"):
+    kw[key] = schedule(kw[key])
+pk = dict(kw.pop("policy_kwargs"))
+if "activation_fn" in pk:
+    pk["activation_fn"] = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[pk["activation_fn"]]
+start = time.perf_counter()
+env = make_vec_env(spec["env_id"], n_envs=spec["n_envs"], seed=seed)
+if spec["normalize"]:
+    env = VecNormalize(env, gamma=kw["gamma"])
+model = RecurrentPPO("MlpLstmPolicy", env, seed=seed, device="cpu", policy_kwargs=pk, **kw)
+model.learn(steps)
+wall = time.perf_counter() - start
+returns = []
+for episode_seed in eval_seeds(10000, episodes):  # the episodes `embodied-ppo eval --seed 10000` runs
+    e = gym.make(spec["env_id"])
+    obs, _ = e.reset(seed=episode_seed)
+    state, start_flag, total, done = None, np.ones((1,), dtype=bool), 0.0, False
+    while not done:
+        x = env.normalize_obs(obs[None]) if spec["normalize"] else obs[None]
+        action, state = model.predict(x, state=state, episode_start=start_flag, deterministic=True)
+        obs, reward, terminated, truncated, _ = e.step(action[0])
+        total += float(reward)
+        start_flag = np.zeros((1,), dtype=bool)
+        done = terminated or truncated
+    returns.append(total)
+print(json.dumps({"wall_s": wall, "returns": returns, "mean": float(np.mean(returns))}))
+"""
+
+
+def run_sb3(task: dict, seed: int, steps: int, episodes: int) -> dict:
+    spec = {**task["sb3"], "env_id": task["env_id"]}
+    out = subprocess.run(
+        [sys.executable, "-c", SB3_CHILD, json.dumps(spec), str(seed), str(steps), str(episodes)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=sorted(TASKS), required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="default: the task's 100k")
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument(
+        "--contenders", nargs="+", default=["ours", "memoryless", "sb3"],
+        choices=["ours", "memoryless", "sb3"],
+    )  # fmt: skip
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    args = parser.parse_args()
+    task = TASKS[args.task]
+    steps = args.steps or task["steps"]
+    results: dict[str, dict[int, dict]] = {c: {} for c in args.contenders}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            for name in args.contenders:
+                if name == "sb3":
+                    r = run_sb3(task, seed, steps, args.episodes)
+                else:
+                    r = run_ours(task, seed, steps, args.episodes, name == "ours", Path(tmp))
+                results[name][seed] = r
+                print(f"{args.task} seed {seed} {name:>10}: return {r['mean']:8.1f} "
+                      f"({r['wall_s']:.0f} s)", flush=True)  # fmt: skip
+    print(f"\n{args.task}: {steps:,} steps, {args.episodes} deterministic episodes per seed")
+    print(f"{'contender':>10} | mean return over seeds (each seed) | mean wall time | steps/s")
+    for name, per_seed in results.items():
+        means = [r["mean"] for r in per_seed.values()]
+        walls = [r["wall_s"] for r in per_seed.values()]
+        each = ", ".join(f"{m:.1f}" for m in means)
+        wall = statistics.mean(walls)
+        print(f"{name:>10} | {statistics.mean(means):8.1f} ({each}) | {wall:.0f} s | "
+              f"{steps / wall:,.0f}")  # fmt: skip
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "task": args.task,
+            "steps": steps,
+            "episodes": args.episodes,
+            "machine": {"python": platform.python_version(), "processor": platform.machine()},
+            "results": results,
+        }
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
