@@ -24,6 +24,10 @@ def value_error(err: torch.Tensor, huber_delta: float | None) -> torch.Tensor:
     return F.huber_loss(err, torch.zeros_like(err), reduction="none", delta=huber_delta)
 
 
+# The most one token's k3 (`low_var_kl`) estimate counts (verl's cap).
+K3_CAP = 10.0
+
+
 def kl_estimate(
     kind: str,
     logprob: torch.Tensor,
@@ -34,7 +38,8 @@ def kl_estimate(
     """Per-token estimate of KL(pi || ref) for actions sampled from pi.
 
     With log r = logprob - ref_logprob: k1 `kl` = log r (unbiased); `abs` = |log r|;
-    k2 `mse` = 0.5 (log r)^2; k3 `low_var_kl` = exp(-log r) - 1 + log r (unbiased, >= 0);
+    k2 `mse` = 0.5 (log r)^2; k3 `low_var_kl` = exp(-log r) - 1 + log r (unbiased, >= 0),
+    capped at K3_CAP = 10;
     `full` = the exact KL between the two action distributions (closed form).
     """
     kind = KL_ALIASES.get(kind, kind)
@@ -50,7 +55,10 @@ def kl_estimate(
     if kind == "mse":
         return 0.5 * log_r.square()
     if kind == "low_var_kl":
-        return torch.expm1(-log_r) + log_r
+        # Capped at K3_CAP as verl's `low_var_kl` is: exp(-log r) grows without bound where the
+        # policy gives an action far less probability than the reference (log r = -19.9: 4e8,
+        # with a gradient as large), and one such token would dominate a whole batch.
+        return (torch.expm1(-log_r) + log_r).clamp(max=K3_CAP)
     raise ValueError(f"unknown kl type {kind!r}")
 
 

@@ -127,6 +127,21 @@ def test_kl_estimators_against_closed_form_categorical():
     assert kl_estimate("full", lp, lq, p, q)[0].item() == pytest.approx(exact, rel=1e-5)
 
 
+def test_the_k3_estimate_of_one_token_is_capped():
+    """k3 = exp(-log r) - 1 + log r explodes where the policy gives an action far less
+    probability than the reference (log r = -19.9: 4e8); it is capped at K3_CAP, as verl's is,
+    so one token cannot dominate a batch, and its gradient is bounded there."""
+    from embodied_ppo.losses import K3_CAP
+
+    lp = torch.tensor([-19.9, -2.0, 0.0, 3.0], requires_grad=True)
+    k3 = kl_estimate("k3", lp, torch.zeros(4))
+    assert k3[0].item() == K3_CAP == 10.0
+    uncapped = torch.expm1(-lp.detach()) + lp.detach()
+    assert torch.allclose(k3[1:], uncapped[1:])  # below the cap: the estimator unchanged
+    k3.sum().backward()
+    assert torch.isfinite(lp.grad).all() and lp.grad.abs().max() < 10.0
+
+
 def test_adaptive_kl_controller_update():
     # kl 2x the target: error clipped to 0.2; coef *= 1 + 0.2 * 100 / 1000
     assert adaptive_kl_coef(0.1, 0.2, 0.1, 100, 1000) == pytest.approx(0.1 * 1.02)
