@@ -4,6 +4,7 @@ the update, sequence chunks, micro-batches, resume, export and the config checks
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -304,3 +305,34 @@ def test_recurrent_settings_are_checked_with_one_line(model, algorithm, fragment
 def test_an_unknown_core_is_refused():
     with pytest.raises(UserError, match="model.recurrent"):
         check_config(tiny_config("Pendulum-v1", model={"recurrent": "transformer"}))
+
+
+# -------------------------------------------------------------------------- evaluation
+def test_evaluation_resets_the_state_at_every_episode(tmp_path):
+    """Evaluation during training and the eval command run the recurrent policy with its state
+    carried through each episode and zeroed at the next: the returns are those of a loop over
+    load_policy with state None at each episode's start."""
+    import gymnasium as gym
+
+    import embodied_ppo
+    from embodied_ppo.evaluation import eval_seeds
+
+    cfg = recurrent_config(trainer={"total_steps": 64, "eval_interval": 2, "eval_episodes": 2})
+    trainer = train(cfg, tmp_path / "run")
+    logged = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/episodic_return" in row for row in logged)
+    summary = embodied_ppo.evaluate(tmp_path / "run", episodes=3, seed=7)
+    policy = load_policy(tmp_path / "run")
+    expected = []
+    for episode_seed in eval_seeds(7, 3):
+        env = gym.make(PENDULUM, max_episode_steps=10)
+        obs, _ = env.reset(seed=episode_seed)
+        state, total, done = None, 0.0, False
+        while not done:
+            action, state = policy(obs, state)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        expected.append(total)
+    assert summary["returns"] == pytest.approx(expected, abs=1e-4)
+    assert trainer.global_step == 64
