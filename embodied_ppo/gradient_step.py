@@ -26,6 +26,7 @@ from torch.func import functional_call
 from torch.optim.adam import adam as adam_step
 
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
+from embodied_ppo.limits import LOG_STD_MAX, LOG_STD_MIN
 from embodied_ppo.losses import kl_estimate, ppo_loss
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.distributions import DiagGaussian
@@ -99,6 +100,18 @@ class GradientStep:
         self.weight_decay = group["weight_decay"]
         self.shapes = [p.shape for p in self.params]
         self.sizes = [p.numel() for p in self.params]
+        # Where the Gaussian head's log-std parameter lies in the flat parameters: each step puts
+        # it back into [LOG_STD_MIN, LOG_STD_MAX] (past the forward pass's clamp it would get
+        # no gradient and stay there; below the floor the action noise rounds away).
+        offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self.log_std_slice = next(
+            (
+                slice(o, o + n)
+                for name, o, n in zip(self.names, offsets, self.sizes, strict=True)
+                if name == "log_std"
+            ),
+            None,
+        )
         self.flat = torch.cat([p.detach().reshape(-1) for p in self.params])  # (P,)
         self.device = self.flat.device
         self._bind_params()
@@ -301,6 +314,8 @@ class GradientStep:
                 self._adam(flat, grad, adam, lr, fused=True, found_inf=skip.float())
             elif not bool(skip):
                 self._adam(flat, grad, adam, lr, fused=False, found_inf=None)
+            if self.log_std_slice is not None:
+                flat[self.log_std_slice].clamp_(LOG_STD_MIN, LOG_STD_MAX)
         return torch.stack([norm, skip.float(), nonfinite.float()])
 
     def _adam(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from embodied_ppo.config import CRITIC_FREE, Config, EnvConfig, parse_override
 from embodied_ppo.errors import ConfigError
+from embodied_ppo.limits import LOG_STD_MAX, LOG_STD_MIN
 
 # Checking a config must stay cheap (plotting reads configs): gymnasium and torch are imported
 # by the checks that need them.
@@ -85,8 +86,9 @@ def check_config(cfg: Config) -> Config:
     for i, w in enumerate(e.wrappers):
         _check(w.name.strip() != "", f"env.wrappers[{i}].name: required, e.g. FlattenObservation")
     _check(
-        -20.0 <= m.log_std_init <= 2.0,
-        f"model.log_std_init: got {m.log_std_init}, expected a number in [-20, 2]",
+        LOG_STD_MIN <= m.log_std_init <= LOG_STD_MAX,
+        f"model.log_std_init: got {m.log_std_init}, expected a number in "
+        f"[{LOG_STD_MIN:g}, {LOG_STD_MAX:g}]",
     )
 
     _check_estimator(cfg)

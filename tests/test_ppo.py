@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import os
 import subprocess
 import sys
@@ -284,3 +285,42 @@ def test_update_reduces_the_loss_on_a_fixed_batch():
     with torch.no_grad():
         err1 = (batch["returns"] - policy.value(batch["obs"])).square().mean()
     assert err1 < 0.5 * err0
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("start, bound", [(2.5, 2.0), (-14.7, -5.0)])
+def test_the_log_std_parameter_is_held_inside_its_range(compile, start, bound):
+    """Past the forward pass's clamp the log-std would get no gradient and stay (above) or lose
+    the action noise in float32 (below): each step puts it back at the bound, where its gradient
+    acts again."""
+    torch.manual_seed(0)
+    policy = ActorCritic(spec("gaussian"))
+    with torch.no_grad():
+        policy.log_std.fill_(start)
+    before = policy.log_std.detach().clone()
+    upd, _ = updater(policy, AlgorithmConfig(minibatch_size=16, update_epochs=1), compile=compile)
+    upd.update(random_batch(), 8)
+    after = policy.log_std.detach()
+    assert not torch.equal(after, before)
+    assert (after >= -5.0).all() and (after <= 2.0).all()
+    assert torch.allclose(after, torch.full_like(after, bound), atol=0.01)  # Adam's steps are small
+
+
+def test_action_noise_survives_in_float32_at_the_log_std_floor():
+    """A policy whose log-std parameter went far below the floor (-14.7) and whose mean is large
+    (17) still samples actions that differ from the mean, and the log-probability recomputed
+    from the stored action is the one the noise gives."""
+    torch.manual_seed(0)
+    policy = ActorCritic(spec("gaussian"))
+    with torch.no_grad():
+        policy.log_std.fill_(-14.7)
+        policy.action_head.bias.fill_(17.0)
+    obs = torch.randn(256, 5)
+    noise = torch.randn(256, 3, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        action, logprob, _ = policy.act(obs, noise)
+        mean = policy.act(obs, deterministic=True)[0]
+    assert (action != mean).all()
+    dist, _ = policy(obs)
+    expected = (-0.5 * noise.square() - dist.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    assert torch.allclose(logprob, expected, atol=1e-2)

@@ -12,14 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from embodied_ppo.limits import LOG_STD_MAX, LOG_STD_MIN
 from embodied_ppo.modules.distributions import Categorical, DiagGaussian, Distribution
 from embodied_ppo.modules.encoders import DictEncoder
 from embodied_ppo.modules.networks import init_linear, mlp
 from embodied_ppo.modules.normalizer import ObsNormalizer
 from embodied_ppo.modules.recurrent import RecurrentCore
-
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
-
 
 Obs = torch.Tensor | dict[str, torch.Tensor]
 

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied_ppo.modules.actor_critic import LOG_STD_MAX, LOG_STD_MIN, ActorCritic
+from embodied_ppo.limits import LOG_STD_MAX, LOG_STD_MIN
+from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.normalizer import ObsNormalizer
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
