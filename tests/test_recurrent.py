@@ -336,3 +336,38 @@ def test_evaluation_resets_the_state_at_every_episode(tmp_path):
         expected.append(total)
     assert summary["returns"] == pytest.approx(expected, abs=1e-4)
     assert trainer.global_step == 64
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_a_truncated_episode_is_bootstrapped_under_the_state_that_reached_its_end(tmp_path, share):
+    """Rule 1 with memory: at a time-limit cut the bootstrap value is V(final observation)
+    computed with the state after the episode's last step, not a zeroed state. The counting
+    env's observations are known ([t, 1]), so the final observation of a 5-step episode is
+    [5, 1]."""
+    from toy_envs import register
+
+    cfg = recurrent_config(
+        register(),
+        env={"max_episode_steps": 5, "normalize_obs": False},
+        model={"share_backbone": share},
+        trainer={"total_steps": 32},
+    )
+    trainer = Trainer(cfg, tmp_path / "run", progress_stream=io.StringIO())
+    trainer._collect()
+    buf, policy = trainer.buffer, trainer.policy
+    T, N = buf.starts.shape
+    assert int(buf.truncated.sum()) == N * (T // 5)  # cuts at steps 4, 9, 14 of every env
+    state = buf.states[0]
+    final = torch.tensor([[5.0, 1.0]] * N)
+    checked = 0
+    with torch.no_grad():
+        for t in range(T):
+            state = torch.where(buf.starts[t].bool().unsqueeze(-1), 0.0, state)
+            _, _, state = policy.step(buf.obs[t], state)
+            for n in torch.nonzero(buf.truncated[t]).flatten().tolist():
+                expected = policy.step(final[n : n + 1], state[n : n + 1])[1]
+                zeroed = policy.step(final[n : n + 1], torch.zeros_like(state[n : n + 1]))[1]
+                assert buf.final_values[t, n].item() == pytest.approx(expected.item(), abs=1e-5)
+                assert abs(expected.item() - zeroed.item()) > 1e-4  # the state matters here
+                checked += 1
+    assert checked == N * (T // 5)
