@@ -86,3 +86,43 @@ def register_dict() -> str:
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=DictEnv, max_episode_steps=20)
     return env_id
+
+
+class CueEnv(gym.Env):
+    """A memory task: the first observation shows a cue (+1 or -1), later ones show nothing.
+
+    obs = [cue or 0, t / length]; two actions; reward 1 at the last step if the action matches
+    the cue (0 for -1, 1 for +1), else 0; `length`-step episodes. A memoryless policy cannot
+    do better than chance (0.5 per episode); one that remembers the cue gets 1.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, length: int = 4) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.length = length
+        self.t, self.cue = 0, 1.0
+
+    def _obs(self) -> np.ndarray:
+        shown = self.cue if self.t == 0 else 0.0
+        return np.array([shown, self.t / self.length], dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.cue = float(self.np_random.choice([-1.0, 1.0]))
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        last = self.t >= self.length
+        reward = float(last and int(action) == int(self.cue > 0))
+        return self._obs(), reward, last, False, {"is_success": reward}
+
+
+def register_cue() -> str:
+    env_id = "EmbodiedPPOTestCue-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=CueEnv)
+    return env_id
