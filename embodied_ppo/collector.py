@@ -57,6 +57,8 @@ class Collector:
             total_envs (all processes of a distributed run): the noise of env k is the same
             whatever the split.
         reduce: sums a tensor over processes (reward statistics of a distributed run).
+        forward_micro_batch: at most this many rows per forward pass when the run's first
+            rollout is evaluated again (`algorithm.logprob_forward_micro_batch_size`).
     """
 
     def __init__(
@@ -71,14 +73,18 @@ class Collector:
         env_offset: int = 0,
         total_envs: int | None = None,
         reduce: Reduce | None = None,
+        forward_micro_batch: int | None = None,
     ) -> None:
         self.envs, self.policy, self.buffer = envs, policy, buffer
         self.reward_scaler, self.device, self.reduce = reward_scaler, device, reduce
         self.host = inference == "host"
         self.micro_batch = micro_batch or envs.num_envs
+        # Rows per forward pass when the first rollout is evaluated again (see `_reevaluate`).
+        self.forward_rows = min(forward_micro_batch or VALUE_BATCH_ROWS, VALUE_BATCH_ROWS)
         self.env_offset = env_offset
         self.total_envs = total_envs or envs.num_envs
         self.obs: Obs | None = None  # (N, ...): what the policy acts on next
+        self.merged = False  # the last rollout's observations are in the normalizers
         T, N = buffer.num_steps, envs.num_envs
         # Recurrent policies: each env's state after its last step, and whether its next step
         # starts an episode (the state is zeroed before it).
@@ -277,6 +283,12 @@ class Collector:
         late_values = snapshot is not None and snapshot.separate_critic
         # A state-independent Gaussian's noise terms, for the whole rollout at once.
         terms = snapshot.noise_terms(noise) if snapshot is not None else None
+        # The first rollout of a run meets empty observation statistics: they are merged right
+        # after it and the rollout re-evaluated, so even the first update sees normalized inputs.
+        first = self.policy.needs_obs_statistics()
+        finals: list[tuple[int, np.ndarray, Obs]] = []
+        before = (self._reset_states(), self.episode_starts.copy()) if first else None
+        self.merged = False
         obs = self.obs
         done = np.zeros(N, dtype=bool)  # episodic: env finished its episode
         steps = T
@@ -318,6 +330,8 @@ class Collector:
                     else:
                         values = self._values(snapshot, final, self.micro_batch)
                     st["final_values"][t, cut] = values
+                    if first:  # valued again once the statistics are merged
+                        finals.append((t, cut, map_obs(np.copy, final)))
                     st["truncated"][t, cut] = True
                 successes = res.episode_successes or [None] * len(res.episode_envs)
                 for env, ret, length, success in zip(
@@ -345,6 +359,12 @@ class Collector:
                     steps = t + 1
                     break
         stats.steps = steps * N
+        if first:
+            self._merge_staged(steps)
+            snapshot = NumpyPolicy(self.policy) if self.host else None
+            late_values = snapshot is not None and snapshot.separate_critic
+            assert before is not None
+            self._reevaluate(steps, before, finals, snapshot, late_values)
         if late_values:
             flat = map_obs(lambda a: a[:steps].reshape(steps * N, *a.shape[2:]), st["obs"])
             st["values"][:steps] = self._values(snapshot, flat, VALUE_BATCH_ROWS).reshape(steps, N)
@@ -365,6 +385,82 @@ class Collector:
             )
         )
         return stats
+
+    # ------------------------------------------------------------------ observation statistics
+    def merge_obs_statistics(self) -> None:
+        """Merge the last rollout's observations into the policy's normalizers (Rule 2), unless
+        `collect` already did (the first rollout of a run).
+
+        Called after the update, so collection, the stored log-probs and values, and the update of
+        one iteration all see the same normalization (the first ratio of an update is exactly 1).
+        """
+        if self.merged:
+            return
+        buf = self.buffer
+        obs = buf.flat("obs")["obs"]
+        if not bool(buf.mask.all()):  # episodic rollouts: the steps of the episodes only
+            keep = buf.mask.reshape(-1).bool()
+            obs = map_obs(lambda x: x[keep], obs)
+        self.policy.update_obs_statistics(obs, self.reduce)
+        self.merged = True
+
+    def _merge_staged(self, steps: int) -> None:
+        """Merge the staged rollout's observations (its first `steps` steps, episodes only)."""
+        st, N = self._stage, self.envs.num_envs
+        keep = st["mask"][:steps].reshape(-1)
+        obs = map_obs(lambda a: a[:steps].reshape(steps * N, *a.shape[2:])[keep], st["obs"])
+        self.policy.update_obs_statistics(self._torch(obs), self.reduce)
+        self.merged = True
+
+    def _reevaluate(
+        self,
+        steps: int,
+        before: tuple[torch.Tensor, np.ndarray],
+        finals: list[tuple[int, np.ndarray, Obs]],
+        snapshot: NumpyPolicy | None,
+        late_values: bool,
+    ) -> None:
+        """Recompute the staged log-probs, values (and recurrent states) of the rollout's steps
+        and the values of its truncated episodes' final observations under the policy as it is
+        now (after its normalizers first saw data): the update's old log-probs are then those
+        of the normalized policy, whose first ratio is exactly 1 (the recomputation OpenAI
+        Baselines' PPO1 makes after each normalizer update)."""
+        st, N = self._stage, self.envs.num_envs
+        with torch.no_grad():
+            if self.state_size:
+                cuts: dict[int, list[tuple[np.ndarray, Obs]]] = {}
+                for t, cut, final in finals:
+                    cuts.setdefault(t, []).append((cut, final))
+                state, starts = before[0].clone(), before[1]
+                for t in range(steps):
+                    keep = torch.from_numpy(~starts).to(self.device, torch.float32)
+                    state = state * keep[:, None]
+                    st["states"][t] = state.cpu().numpy()
+                    x = self._torch(map_obs(lambda a, t=t: a[t], st["obs"]))
+                    dist, value, state = self.policy.step(x, state)
+                    action = torch.from_numpy(st["actions"][t]).to(self.device)
+                    st["logprobs"][t] = dist.log_prob(action).cpu().numpy()
+                    st["values"][t] = value.cpu().numpy()
+                    for cut, final in cuts.get(t, []):
+                        reached = state[torch.from_numpy(cut).to(self.device)]
+                        st["final_values"][t, cut] = self._recurrent_values(final, reached)
+                    starts = st["ends"][t]
+                self.rnn_state = state
+                return
+            rows = steps * N
+            obs = map_obs(lambda a: a[:steps].reshape(rows, *a.shape[2:]), st["obs"])
+            actions = st["actions"][:steps].reshape(rows, *st["actions"].shape[2:])
+            logprobs, values = st["logprobs"].reshape(-1), st["values"].reshape(-1)
+            for i in range(0, rows, self.forward_rows):
+                rows_i = slice(i, i + self.forward_rows)
+                part = self._torch(map_obs(lambda a, r=rows_i: a[r], obs))
+                act = torch.from_numpy(actions[rows_i]).to(self.device)
+                logprob, _, value, _ = self.policy.evaluate(part, act)
+                logprobs[rows_i] = logprob.cpu().numpy()
+                if not late_values:  # else computed below, with the other late values
+                    values[rows_i] = value.cpu().numpy()
+            for t, cut, final in finals:
+                st["final_values"][t, cut] = self._values(snapshot, final, self.micro_batch)
 
     def _reset_states(self) -> torch.Tensor:
         """The recurrent states before the next step: zeros where an episode starts."""

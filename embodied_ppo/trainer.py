@@ -37,7 +37,6 @@ from embodied_ppo.errors import CheckpointError, TrainingError
 from embodied_ppo.logging import MetricsLogger, Progress, eval_line, iteration_scalars
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.normalizer import RewardScaler
-from embodied_ppo.obs import map_obs
 from embodied_ppo.ppo import (
     BATCH_FIELDS,
     InRewardKL,
@@ -126,6 +125,7 @@ class Trainer:
             self.env_offset,
             e.num_envs * self.world,
             self.reduce,
+            a.logprob_forward_micro_batch_size,
         )
         self.reference = None
         if a.use_kl_loss or a.use_kl_in_reward:
@@ -230,7 +230,7 @@ class Trainer:
                         f"iteration {self.iteration}: {exc}; the weights were not updated; "
                         f"last good checkpoint: {self._last_good()}"
                     ) from None
-                self._merge_obs_statistics()
+                self.collector.merge_obs_statistics()
                 t2 = time.perf_counter()
 
                 if self.world > 1:
@@ -296,19 +296,6 @@ class Trainer:
             raise TrainingError(
                 f"iteration {self.iteration}: {exc}; last good checkpoint: {self._last_good()}"
             ) from None
-
-    def _merge_obs_statistics(self) -> None:
-        """Merge this rollout's observations into the policy's normalizers (Rule 2).
-
-        Done after the update, so collection, the stored log-probs and values, and the update of
-        one iteration all see the same normalization (the first ratio of an update is exactly 1).
-        """
-        buf = self.buffer
-        obs = buf.flat("obs")["obs"]
-        if not bool(buf.mask.all()):  # episodic rollouts: the steps of the episodes only
-            keep = buf.mask.reshape(-1).bool()
-            obs = map_obs(lambda x: x[keep], obs)
-        self.policy.update_obs_statistics(obs, self.reduce)
 
     def mean_recent_return(self) -> float | None:
         return float(np.mean(self.recent_returns)) if self.recent_returns else None

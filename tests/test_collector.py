@@ -147,3 +147,56 @@ def test_collection_keeps_the_policy_fixed(share, hidden):
         lp, _, v, _ = policy.evaluate(buf.obs.reshape(-1, 3), buf.actions.reshape(-1, 1))
     assert torch.allclose(lp, buf.logprobs.flatten(), atol=1e-5)
     assert torch.allclose(v, buf.values.flatten(), atol=1e-5)
+
+
+@pytest.mark.parametrize("inference", ["host", "device"])
+@pytest.mark.parametrize("share", [True, False])
+def test_the_first_rollout_is_normalized_with_its_own_statistics(inference, share):
+    """A run's first rollout meets empty statistics: they are merged from it at once, and its
+    log-probs, values and truncation bootstrap values are those of the normalized policy, so
+    the first update does not train on raw (merely clipped) observations."""
+    cfg = tiny_config(
+        "Pendulum-v1",
+        model={"share_backbone": share},
+        algorithm={"rollout_steps": 8, "minibatch_size": 8},
+    )
+    envs, policy, buf, col = build(cfg, inference=inference)
+    assert policy.needs_obs_statistics()
+    raw = ActorCritic(policy.spec)
+    raw.load_state_dict(policy.state_dict())
+    col.collect()
+    norm = policy.obs_normalizer
+    assert norm.count.item() == 16 and not policy.needs_obs_statistics()
+    obs = buf.obs.reshape(-1, 3)
+    assert torch.allclose(norm.mean, obs.double().mean(0))
+    assert torch.allclose(norm.var, obs.double().var(0, unbiased=False))
+    with torch.no_grad():
+        lp, _, v, _ = policy.evaluate(obs, buf.actions.reshape(-1, 1))
+        assert torch.allclose(lp, buf.logprobs.flatten(), atol=1e-5)
+        assert torch.allclose(v, buf.values.flatten(), atol=1e-5)
+        # What was acted with (empty statistics) differs: the rollout was evaluated again.
+        assert not torch.allclose(raw.value(obs), v, atol=1e-3)
+    # Merged once: the merge after the update adds nothing for this rollout.
+    col.merge_obs_statistics()
+    assert norm.count.item() == 16
+    col.collect()  # later rollouts are merged after their update
+    assert norm.count.item() == 16
+    col.merge_obs_statistics()
+    envs.close()
+    assert norm.count.item() == 32
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_the_first_rollouts_truncations_bootstrap_with_the_normalized_critic(share):
+    cfg = counting_config(max_episode_steps=3, normalize_obs=True, clip_obs=10.0)
+    cfg.model.share_backbone = share
+    envs, policy, buf, col = build(cfg)
+    col.collect()
+    envs.close()
+    assert policy.obs_normalizer.count.item() == 14
+    with torch.no_grad():
+        final = policy.value(torch.tensor([[3.0, 1.0]])).item()  # V(final_obs = [3, 1])
+        assert buf.next_values[2, 0].item() == pytest.approx(final, abs=1e-6)
+        assert buf.next_values[6, 0].item() == pytest.approx(
+            policy.value(torch.tensor([[1.0, 1.0]])).item(), abs=1e-6
+        )

@@ -130,6 +130,12 @@ class ActorCritic(nn.Module):
             if norm.enabled:
                 norm.update(obs[k], reduce)
 
+    def needs_obs_statistics(self) -> bool:
+        """Whether the policy normalizes observations but its normalizers have seen no data."""
+        norms = [self.obs_normalizer] if not self.dict_obs else list(self.obs_normalizers.values())
+        enabled = [n for n in norms if n.enabled]
+        return bool(enabled) and all(n.count.item() == 0 for n in enabled)
+
     def _inputs(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What the actor's and a separate critic's networks read (B, in): the normalized
         observation, or the encoded Dict observation."""
