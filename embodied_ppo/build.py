@@ -1,4 +1,5 @@
-"""Building a run's parts from its config: the policy, its reference, the update's threads."""
+"""Building a run's parts from its config: the policy, its buffer, its reference, the update's
+threads."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import torch
 
+from embodied_ppo.buffer import RolloutBuffer
 from embodied_ppo.checkpoint import load_checkpoint
 from embodied_ppo.config import Config
 from embodied_ppo.errors import CheckpointError
@@ -58,6 +60,28 @@ def policy_spec(cfg: Config, info: SpaceInfo) -> dict[str, Any]:
 # measured on 2 cores, a HalfCheetah-sized step (4e6) got slower, a Humanoid-sized one (1e9)
 # 1.8x faster.
 THREADED_STEP_FLOPS = 5e7
+
+
+def make_buffer(
+    cfg: Config, info: SpaceInfo, policy: ActorCritic, device: torch.device
+) -> RolloutBuffer:
+    """The rollout buffer of one process's envs (image keys stored as uint8)."""
+    obs = info.obs_dim
+    if info.obs_keys is not None:
+        obs = {
+            k: (v.shape, torch.uint8 if v.kind == "image" else torch.float32)
+            for k, v in info.obs_keys.items()
+        }
+    gaussian = policy.is_gaussian
+    return RolloutBuffer(
+        cfg.algorithm.rollout_steps,
+        cfg.env.num_envs,
+        obs,
+        (info.action_dim,) if gaussian else (),
+        torch.float32 if gaussian else torch.int64,
+        device,
+        policy.state_size,
+    )
 
 
 def update_threads(device: torch.device, policy: ActorCritic, rows: int) -> int:

@@ -12,7 +12,8 @@ from typing import TextIO
 import torch
 from torch import Tensor
 
-from embodied_ppo.buffer import minibatch_indices, sequence_minibatch_indices
+from embodied_ppo.advantages import compute_advantages
+from embodied_ppo.buffer import RolloutBuffer, minibatch_indices, sequence_minibatch_indices
 from embodied_ppo.config import AlgorithmConfig, OptimConfig
 from embodied_ppo.gradient_step import STEP_FIELDS, GradientStep
 from embodied_ppo.losses import adaptive_kl_coef, kl_estimate
@@ -310,6 +311,35 @@ def recompute_logprobs(
                 for i in range(0, rows, chunk)
             ]
         )
+
+
+def prepare_batch(
+    buf: RolloutBuffer,
+    policy: ActorCritic,
+    algo: AlgorithmConfig,
+    in_reward_kl: InRewardKL | None,
+    reduce: Reduce | None,
+) -> tuple[dict, dict[str, float]]:
+    """The update's batch of a collected rollout, and the in-reward KL's scalars.
+
+    Applies the in-reward KL penalty to the rewards, computes advantages and returns (into the
+    buffer) with `algo.adv_type`, and recomputes the old log-probs where asked.
+    """
+    a = algo
+    batch = buf.flat(*BATCH_FIELDS)
+    extra: dict[str, float] = {}
+    if in_reward_kl is not None:
+        extra = in_reward_kl.penalize(buf.rewards, buf.mask, batch)
+    adv, ret = compute_advantages(
+        a.adv_type, buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends,
+        buf.mask, a.gamma, a.gae_lambda, a.group_size, a.normalize_advantages, reduce,
+    )  # fmt: skip
+    buf.advantages.copy_(adv)
+    buf.returns.copy_(ret)
+    if a.recompute_old_logprobs:
+        chunk = a.logprob_forward_micro_batch_size
+        batch["logprobs"] = recompute_logprobs(policy, batch["obs"], batch["actions"], chunk)
+    return batch, extra
 
 
 class InRewardKL:

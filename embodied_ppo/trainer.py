@@ -19,9 +19,13 @@ import numpy as np
 import torch
 
 from embodied_ppo import __version__, distributed
-from embodied_ppo.advantages import compute_advantages
-from embodied_ppo.buffer import RolloutBuffer
-from embodied_ppo.build import init_from, make_reference, policy_spec, update_threads
+from embodied_ppo.build import (
+    init_from,
+    make_buffer,
+    make_reference,
+    policy_spec,
+    update_threads,
+)
 from embodied_ppo.checkpoint import (
     checkpoints_dir,
     prune_checkpoints,
@@ -38,13 +42,12 @@ from embodied_ppo.logging import MetricsLogger, Progress, eval_line, iteration_s
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.normalizer import RewardScaler
 from embodied_ppo.ppo import (
-    BATCH_FIELDS,
     InRewardKL,
     NonFiniteError,
     PPOUpdate,
     learning_rate,
     make_optimizer,
-    recompute_logprobs,
+    prepare_batch,
 )
 from embodied_ppo.validate import check_policy, inference_path, per_process, resolve_device
 from embodied_ppo.vecenv import env_seeds, group_seeds, make_env, noise_seed
@@ -96,22 +99,7 @@ class Trainer:
             init_from(self.policy, cfg.model.init_from, self.device)
         distributed.broadcast_module(self.policy)  # one set of weights on every process
         self.reduce = distributed.all_reduce_sum if self.world > 1 else None
-        gaussian = self.policy.is_gaussian
-        info = self.envs.info
-        self.buffer = RolloutBuffer(
-            a.rollout_steps,
-            e.num_envs,
-            info.obs_dim
-            if info.obs_keys is None
-            else {
-                k: (v.shape, torch.uint8 if v.kind == "image" else torch.float32)
-                for k, v in info.obs_keys.items()
-            },
-            (self.envs.info.action_dim,) if gaussian else (),
-            torch.float32 if gaussian else torch.int64,
-            self.device,
-            self.policy.state_size,
-        )
+        self.buffer = make_buffer(cfg, self.envs.info, self.policy, self.device)
         self.reward_scaler = RewardScaler(e.num_envs, a.gamma, e.normalize_reward, e.clip_reward)
         self.reward_scaler.to(self.device)
         self.collector = Collector(
@@ -207,22 +195,7 @@ class Trainer:
                 torch.set_num_threads(self.update_threads)
                 t1 = time.perf_counter()
                 buf = self.buffer
-                batch = buf.flat(*BATCH_FIELDS)
-                extra = {}
-                if self.in_reward_kl is not None:
-                    extra = self.in_reward_kl.penalize(buf.rewards, buf.mask, batch)
-                adv, ret = compute_advantages(
-                    a.adv_type, buf.rewards, buf.values, buf.next_values, buf.terminated,
-                    buf.ends, buf.mask, a.gamma, a.gae_lambda, a.group_size,
-                    a.normalize_advantages, self.reduce,
-                )  # fmt: skip
-                buf.advantages.copy_(adv)
-                buf.returns.copy_(ret)
-                if a.recompute_old_logprobs:
-                    chunk = a.logprob_forward_micro_batch_size
-                    batch["logprobs"] = recompute_logprobs(
-                        self.policy, batch["obs"], batch["actions"], chunk
-                    )
+                batch, extra = prepare_batch(buf, self.policy, a, self.in_reward_kl, self.reduce)
                 try:
                     metrics = self.updater.update(batch, buf.num_steps)
                 except NonFiniteError as exc:
