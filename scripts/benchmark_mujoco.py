@@ -1,0 +1,345 @@
+"""The MuJoCo benchmark: our configs over several seeds, and Stable-Baselines3 beside them.
+
+For each config and seed, `embodied-ppo train CONFIG trainer.seed=S trainer.total_steps=STEPS`
+trains in its own process under ROOT/<config>/seed<S>; each final policy is evaluated
+deterministically (`embodied-ppo eval --episodes 10 --seed 10000`). Stable-Baselines3 PPO with
+RL Baselines3 Zoo's hyperparameters for the task trains the same number of steps on the same
+machine (ROOT/<config>/sb3_seed<S>) and is evaluated on the same episodes. The report
+(docs/benchmarks.md by default) gives, per task: the mean +- std over seeds of the evaluation
+return, every seed's value, wall time and steps/s, the steps and training time at which the
+training return first reached each threshold, and the learning curves (`embodied-ppo plot`).
+
+Every invocation continues where the last one stopped: finished runs are kept (their results
+are in ROOT/results.json), an interrupted run of ours resumes from its last checkpoint
+(`train --resume`, exact), an interrupted Stable-Baselines3 run from its last save (every
+`--sb3-save-every` steps). So long budgets can be split over several invocations; the
+wall time of a run is the sum over its invocations.
+
+    python scripts/benchmark_mujoco.py --configs configs/hopper.yaml configs/walker2d.yaml \\
+        --seeds 1 2 3 --steps 1000000 --sb3-seeds 1
+    python scripts/benchmark_mujoco.py --report-only      # rewrite the report from ROOT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_SEED = 10000  # evaluation episodes: those of `embodied-ppo eval --seed 10000`
+
+# RL Baselines3 Zoo, hyperparams/ppo.yml: the tuned MuJoCo entries (written for -v3; used here
+# unchanged on -v5). Ant has no tuned entry: the zoo trains it with PPO's defaults and
+# VecNormalize. Every entry normalizes observations and rewards (VecNormalize, the entry's gamma).
+RELU_256 = {"log_std_init": -2, "ortho_init": False, "activation_fn": "relu",
+            "net_arch": {"pi": [256, 256], "vf": [256, 256]}}  # fmt: skip
+SB3_ZOO: dict[str, dict[str, Any]] = {
+    "HalfCheetah": {"n_steps": 512, "batch_size": 64, "gamma": 0.98, "learning_rate": 2.0633e-05,
+                    "ent_coef": 0.000401762, "clip_range": 0.1, "n_epochs": 20, "gae_lambda": 0.92,
+                    "max_grad_norm": 0.8, "vf_coef": 0.58096, "policy_kwargs": RELU_256},
+    "Hopper": {"n_steps": 512, "batch_size": 32, "gamma": 0.999, "learning_rate": 9.80828e-05,
+               "ent_coef": 0.00229519, "clip_range": 0.2, "n_epochs": 5, "gae_lambda": 0.99,
+               "max_grad_norm": 0.7, "vf_coef": 0.835671, "policy_kwargs": RELU_256},
+    "Walker2d": {"n_steps": 512, "batch_size": 32, "gamma": 0.99, "learning_rate": 5.05041e-05,
+                 "ent_coef": 0.000585045, "clip_range": 0.1, "n_epochs": 20, "gae_lambda": 0.95,
+                 "max_grad_norm": 1.0, "vf_coef": 0.871923},
+    "Ant": {},
+    "Humanoid": {"n_steps": 512, "batch_size": 256, "gamma": 0.95, "learning_rate": 3.56987e-05,
+                 "ent_coef": 0.00238306, "clip_range": 0.3, "n_epochs": 5, "gae_lambda": 0.9,
+                 "max_grad_norm": 2.0, "vf_coef": 0.431892, "policy_kwargs": RELU_256},
+}  # fmt: skip
+
+# Published PPO results at 1M steps (the issue tracker's table; versions differ from -v5):
+# Tianshou examples/mujoco README (10 seeds, -v3), RL Zoo benchmark.md (-v3), CleanRL
+# docs/benchmark/ppo_continuous_action.md (-v4).
+PEERS = {
+    "HalfCheetah": (5784, 5819, 1443),
+    "Hopper": (2609, 2410, 2383),
+    "Walker2d": (3589, 3479, 2288),
+    "Ant": (3258, 1327, None),
+    "Humanoid": (787, None, 716),
+}
+THRESHOLDS = {
+    "HalfCheetah": (1500, 3000, 5800),
+    "Hopper": (1000, 2000, 3300),
+    "Walker2d": (1000, 3000, 4500),
+    "Ant": (1000, 2000, 3300),
+    "Humanoid": (700, 1300, 5500),
+}
+
+
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit status 2, nothing written."""
+    print(f"benchmark_mujoco.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def family(env_id: str) -> str:
+    return env_id.split("-")[0]
+
+
+def env_id_of(config: Path) -> str:
+    import yaml
+
+    return yaml.safe_load(config.read_text())["env"]["id"]
+
+
+# ------------------------------------------------------------------------------------ ours
+def run_ours(config: Path, seed: int, steps: int, run: Path, episodes: int) -> dict:
+    """Train (or resume) one run of ours, evaluate it; the run's record."""
+    state_file = run / "benchmark.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {"wall_s": 0.0}
+    if "eval" in state:
+        return state
+    latest = run / "checkpoints" / "latest.pt"
+    if latest.exists():
+        cmd = ["train", "--resume", str(run)]
+    else:
+        cmd = ["train", str(config), f"trainer.seed={seed}", f"trainer.total_steps={steps}",
+               f"trainer.run_dir={run}"]  # fmt: skip
+    start = time.perf_counter()
+    try:
+        cli(cmd)
+    finally:  # an interrupted invocation's time still counts
+        state["wall_s"] += time.perf_counter() - start
+        run.mkdir(parents=True, exist_ok=True)
+        state_file.write_text(json.dumps(state, indent=2) + "\n")
+    out = run / "benchmark_eval.json"
+    cli(["eval", str(run), "--episodes", str(episodes), "--seed", str(EVAL_SEED),
+         "--json", str(out)])  # fmt: skip
+    summary = json.loads(out.read_text())
+    state["eval"] = {"mean": summary["mean_return"], "std": summary["std_return"]}
+    state["steps"] = steps
+    state["reached"] = first_reached(run, THRESHOLDS.get(family(env_id_of(config)), ()))
+    state_file.write_text(json.dumps(state, indent=2) + "\n")
+    return state
+
+
+def cli(args: list[str]) -> None:
+    subprocess.run([sys.executable, "-m", "embodied_ppo", *args], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+
+
+def first_reached(run: Path, thresholds: tuple[float, ...]) -> dict[str, list[float] | None]:
+    """For each threshold, (steps, training seconds) when the logged training return first
+    reached it, or None. Training seconds continue across resumes (each process's clock
+    restarts at 0: its times are added to where the previous one stopped)."""
+    offset, last, points = 0.0, 0.0, []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["time"] < last:  # a resumed process
+            offset += last
+        last = row["time"]
+        if "charts/episodic_return" in row:
+            points.append((row["global_step"], offset + row["time"], row["charts/episodic_return"]))
+    out: dict[str, list[float] | None] = {}
+    for threshold in thresholds:
+        hit = next(((s, t) for s, t, r in points if r >= threshold), None)
+        out[str(threshold)] = None if hit is None else [hit[0], hit[1]]
+    return out
+
+
+# ------------------------------------------------------------------------ Stable-Baselines3
+def sb3_worker(
+    env_id: str, seed: int, steps: int, run: Path, save_every: int, episodes: int
+) -> None:
+    """Train (or continue) Stable-Baselines3 PPO with the zoo's hyperparameters; evaluate."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from embodied_ppo.evaluation import eval_seeds
+
+    torch.set_num_threads(1)  # its faster setting on 2 cores (scripts/bench_throughput.py)
+    hp = dict(SB3_ZOO[family(env_id)])
+    policy_kwargs = dict(hp.pop("policy_kwargs", {}))
+    if "activation_fn" in policy_kwargs:
+        policy_kwargs["activation_fn"] = {"relu": torch.nn.ReLU}[policy_kwargs["activation_fn"]]
+    run.mkdir(parents=True, exist_ok=True)
+    state_file, model_file, norm_file = run / "state.json", run / "model.zip", run / "norm.pkl"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {"wall_s": 0.0}
+    start = time.perf_counter()
+    venv = make_vec_env(env_id, n_envs=1, seed=seed)
+    if model_file.exists():
+        env = VecNormalize.load(str(norm_file), venv)
+        model = PPO.load(str(model_file), env=env, device="cpu")
+    else:
+        env = VecNormalize(venv, gamma=hp.get("gamma", 0.99))
+        model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0,
+                    policy_kwargs=policy_kwargs or None, **hp)  # fmt: skip
+    while model.num_timesteps < steps:
+        model.learn(min(save_every, steps - model.num_timesteps), reset_num_timesteps=False)
+        model.save(str(model_file))
+        env.save(str(norm_file))
+        state["wall_s"] += time.perf_counter() - start
+        start = time.perf_counter()
+        state_file.write_text(json.dumps(state, indent=2) + "\n")
+    env.training = False
+    returns = []
+    for episode_seed in eval_seeds(EVAL_SEED, episodes):
+        e = gym.make(env_id)
+        obs, _ = e.reset(seed=episode_seed)
+        total, done = 0.0, False
+        while not done:
+            action, _ = model.predict(env.normalize_obs(obs[None]), deterministic=True)
+            obs, reward, terminated, truncated, _ = e.step(action[0])
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+        e.close()
+    state["eval"] = {"mean": float(np.mean(returns)), "std": float(np.std(returns))}
+    state["steps"] = int(model.num_timesteps)
+    state_file.write_text(json.dumps(state, indent=2) + "\n")
+
+
+def run_sb3(env_id: str, seed: int, steps: int, run: Path, save_every: int, episodes: int) -> dict:
+    state_file = run / "state.json"
+    if state_file.exists() and "eval" in json.loads(state_file.read_text()):
+        return json.loads(state_file.read_text())
+    subprocess.run(
+        [sys.executable, __file__, "--sb3-worker", env_id, str(seed), str(steps), str(run),
+         str(save_every), str(episodes)],
+        cwd=ROOT, check=True,
+    )  # fmt: skip
+    return json.loads(state_file.read_text())
+
+
+# ---------------------------------------------------------------------------------- report
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
+    std = statistics.pstdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.0f} +- {std:.0f}"
+
+
+def report(results: dict, out: Path, root: Path) -> None:
+    import torch
+
+    lines = [
+        "# MuJoCo benchmark",
+        "",
+        "Written by `scripts/benchmark_mujoco.py` from its runs under "
+        f"`{root.relative_to(ROOT) if root.is_relative_to(ROOT) else root}`. Each final policy: "
+        f"deterministic evaluation of 10 episodes (`embodied-ppo eval --seed {EVAL_SEED}`); "
+        "mean +- std over seeds of those means. Stable-Baselines3: PPO with RL Baselines3 Zoo's "
+        "hyperparameters for the task (its -v3 entries; Ant: PPO's defaults), same budget, same "
+        "machine, same evaluation episodes.",
+        "",
+        f"Machine: {platform.machine()}, Python {platform.python_version()}, torch "
+        f"{torch.__version__}; wall times are whole processes (compilation included).",
+        "",
+        "| config | steps | ours (seeds) | each seed | SB3 + zoo (seeds) | wall time, ours | "
+        "steps/s, ours | wall time, SB3 | Tianshou / RL Zoo / CleanRL, 1M (published) |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    reach_lines = []
+    for name, rec in results.items():
+        ours = [r for r in rec["ours"].values() if "eval" in r]
+        sb3 = [r for r in rec["sb3"].values() if "eval" in r]
+        fam = family(rec["env_id"])
+        peers = " / ".join("-" if p is None else str(p) for p in PEERS.get(fam, ()))
+        walls = [r["wall_s"] for r in ours]
+        wall = statistics.mean(walls) if walls else 0.0
+        each = ", ".join(f"{r['eval']['mean']:.0f}" for r in ours)
+        sb3_wall = statistics.mean([r["wall_s"] for r in sb3]) if sb3 else None
+        lines.append(
+            f"| `{name}` | {rec['steps']:,} | {mean_std([r['eval']['mean'] for r in ours])} "
+            f"({len(ours)}) | {each} | {mean_std([r['eval']['mean'] for r in sb3])} ({len(sb3)}) | "
+            f"{wall / 60:.1f} min | {rec['steps'] / wall if wall else 0:,.0f} | "
+            f"{'-' if sb3_wall is None else f'{sb3_wall / 60:.1f} min'} | {peers or '-'} |"
+        )
+        for threshold in THRESHOLDS.get(fam, ()):
+            hits = [r["reached"].get(str(threshold)) for r in ours]
+            done = [h for h in hits if h]
+            text = "not reached" if not done else (
+                f"{statistics.mean(h[0] for h in done):,.0f} steps, "
+                f"{statistics.mean(h[1] for h in done) / 60:.1f} min"
+            )  # fmt: skip
+            reach_lines.append(f"| `{name}` | {threshold} | {text} | {len(done)} of {len(hits)} |")
+        if ours:
+            image = out.parent / "images" / f"benchmark_{name}.png"
+            runs = [str(root / name / f"seed{s}") for s in rec["ours"]]
+            cli(["plot", *runs, "--out", str(image), "--smooth", "5", "--title", name])
+            lines.append("")
+            lines.append(f"![{name}](images/{image.name})")
+            lines.append("")
+    lines += [
+        "",
+        "## Time to reach a return (training episodes, ours)",
+        "",
+        "| config | return | mean over the seeds that reached it | seeds |",
+        "| --- | ---: | ---: | ---: |",
+        *reach_lines,
+        "",
+    ]
+    out.write_text("\n".join(lines) + "\n")
+
+
+# ------------------------------------------------------------------------------------ main
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--configs", nargs="+", type=Path, default=[])
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--sb3-seeds", nargs="*", type=int, default=[1])
+    p.add_argument("--steps", type=int, default=1_000_000)
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--root", type=Path, default=ROOT / "runs" / "benchmark")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    p.add_argument("--sb3-save-every", type=int, default=100_000)
+    p.add_argument("--report-only", action="store_true", help="rewrite the report from ROOT")
+    p.add_argument("--sb3-worker", nargs=6, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.sb3_worker:
+        env_id, seed, steps, run, save_every, episodes = args.sb3_worker
+        sb3_worker(env_id, int(seed), int(steps), Path(run), int(save_every), int(episodes))
+        return
+    root = args.root.resolve()
+    results_file = root / "results.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else {}
+    if not args.report_only:
+        if not args.configs:
+            fail("--configs is required (or --report-only)")
+        for config in args.configs:
+            if not config.is_file():
+                fail(f"no such config: {config}")
+        root.mkdir(parents=True, exist_ok=True)
+        for config in args.configs:
+            name, env_id = config.stem, env_id_of(config)
+            rec = results.setdefault(name, {"env_id": env_id, "steps": args.steps,
+                                            "ours": {}, "sb3": {}})  # fmt: skip
+            if rec["steps"] != args.steps:
+                fail(f"{root / name} holds runs of {rec['steps']:,} steps; use another --root")
+            for seed in args.seeds:
+                r = run_ours(config, seed, args.steps, root / name / f"seed{seed}", args.episodes)
+                rec["ours"][str(seed)] = r
+                results_file.write_text(json.dumps(results, indent=2) + "\n")
+                print(f"{name} seed {seed}: {r['eval']['mean']:.1f} ({r['wall_s'] / 60:.1f} min)")
+            for seed in args.sb3_seeds:
+                r = run_sb3(env_id, seed, args.steps, root / name / f"sb3_seed{seed}",
+                            args.sb3_save_every, args.episodes)  # fmt: skip
+                rec["sb3"][str(seed)] = r
+                results_file.write_text(json.dumps(results, indent=2) + "\n")
+                print(
+                    f"{name} SB3 seed {seed}: {r['eval']['mean']:.1f} ({r['wall_s'] / 60:.1f} min)"
+                )
+    if not results:
+        fail(f"no results under {root}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report(results, args.out.resolve(), root)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""scripts/benchmark_mujoco.py: seeds, evaluation, continuing across invocations, the report."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import embodied_ppo
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "benchmark_mujoco.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("benchmark_mujoco", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_config(path: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "env": {"id": "Pendulum-v1", "num_envs": 2, "max_episode_steps": 50},
+                "model": {"hidden_sizes": [16, 16]},
+                "algorithm": {"rollout_steps": 32, "update_epochs": 1, "minibatch_size": 32},
+                "trainer": {"total_steps": 1000, "compile": False, "device": "cpu"},
+            }
+        )
+    )
+    return path
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
+    config = write_config(tmp_path / "tiny.yaml")
+    root, out = tmp_path / "bench", tmp_path / "docs" / "benchmarks.md"
+    # Seed 2 was interrupted halfway by an earlier invocation: it must resume, not restart.
+    stopped = embodied_ppo.train(
+        config,
+        ["trainer.seed=2", "trainer.total_steps=256"],
+        run_dir=root / "tiny" / "seed2",
+        callbacks=[lambda run, metrics: run.global_step >= 128],
+        progress=io.StringIO(),
+    )
+    assert stopped.stopped and stopped.global_step == 128
+    args = ["--configs", str(config), "--seeds", "1", "2", "--sb3-seeds", "--steps", "256"]
+    args += ["--root", str(root), "--out", str(out)]
+    proc = run_script(*args)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((root / "results.json").read_text())["tiny"]
+    assert results["env_id"] == "Pendulum-v1" and results["steps"] == 256
+    assert sorted(results["ours"]) == ["1", "2"]
+    for seed in ("1", "2"):
+        run = root / "tiny" / f"seed{seed}"
+        steps = [
+            json.loads(x)["global_step"] for x in (run / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert steps == list(range(64, 257, 64))  # seed 2: its first half kept, then resumed
+        assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["seed"] == int(seed)
+        ev = json.loads((run / "benchmark_eval.json").read_text())
+        assert len(ev["returns"]) == 10
+        assert results["ours"][seed]["eval"]["mean"] == pytest.approx(ev["mean_return"])
+    report = out.read_text()
+    assert "| `tiny` | 256 |" in report and "(2)" in report
+    # A second invocation trains nothing again.
+    wall = {s: r["wall_s"] for s, r in results["ours"].items()}
+    assert run_script(*args).returncode == 0
+    again = json.loads((root / "results.json").read_text())["tiny"]["ours"]
+    assert {s: r["wall_s"] for s, r in again.items()} == wall
+
+
+def test_time_to_reach_adds_up_the_clocks_of_resumed_processes(tmp_path):
+    module = load_script()
+    rows = [(100, 10.0, 5.0), (200, 20.0, 50.0), (300, 4.0, 150.0), (400, 8.0, 400.0)]
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(
+            json.dumps({"global_step": s, "time": t, "charts/episodic_return": r})
+            for s, t, r in rows
+        )
+    )
+    # The third row comes from a resumed process: its clock restarted at 0.
+    reached = module.first_reached(tmp_path, (40, 100, 300, 1000))
+    assert reached == {"40": [200, 20.0], "100": [300, 24.0], "300": [400, 28.0], "1000": None}
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    proc = run_script("--configs", str(tmp_path / "missing.yaml"), "--root", str(tmp_path / "b"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such config" in proc.stderr
+    assert not (tmp_path / "b").exists()
