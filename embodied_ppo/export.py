@@ -92,13 +92,21 @@ class PolicyNet(nn.Module):
     def decide(self, x: torch.Tensor, single: bool) -> torch.Tensor:
         """The action for the backbone's input features (B, F)."""
         out = self.head(self.backbone(x))  # (B, A) means or logits
-        if self.is_gaussian:
-            action = torch.maximum(torch.minimum(out, self.action_high), self.action_low)
-        else:
-            action = out.argmax(dim=-1)
-        if single:
-            action = action.squeeze(0)
-        return action
+        return _action(out, self.is_gaussian, self.action_low, self.action_high, single)
+
+
+def _action(
+    out: torch.Tensor, gaussian: bool, low: torch.Tensor, high: torch.Tensor, single: bool
+) -> torch.Tensor:
+    """The deterministic action from the head's output (B, A): the mean clipped to the action
+    bounds, or the most likely category; (A,) or () for a single observation."""
+    if gaussian:
+        action = torch.maximum(torch.minimum(out, high), low)
+    else:
+        action = out.argmax(dim=-1)
+    if single:
+        action = action.squeeze(0)
+    return action
 
 
 def _freeze(net: nn.Module) -> None:
@@ -170,13 +178,7 @@ class DictPolicyNet(nn.Module):
     def decide(self, x: torch.Tensor, single: bool) -> torch.Tensor:
         """The action for the backbone's input features (B, F)."""
         out = self.head(self.backbone(x))  # (B, A) means or logits
-        if self.is_gaussian:
-            action = torch.maximum(torch.minimum(out, self.action_high), self.action_low)
-        else:
-            action = out.argmax(dim=-1)
-        if single:
-            action = action.squeeze(0)
-        return action
+        return _action(out, self.is_gaussian, self.action_low, self.action_high, single)
 
 
 def _check_state(state: torch.Tensor, single: bool, size: int) -> torch.Tensor:
