@@ -100,10 +100,7 @@ def _action(
 ) -> torch.Tensor:
     """The deterministic action from the head's output (B, A): the mean clipped to the action
     bounds, or the most likely category; (A,) or () for a single observation."""
-    if gaussian:
-        action = torch.maximum(torch.minimum(out, high), low)
-    else:
-        action = out.argmax(dim=-1)
+    action = torch.maximum(torch.minimum(out, high), low) if gaussian else out.argmax(dim=-1)
     if single:
         action = action.squeeze(0)
     return action
