@@ -9,9 +9,13 @@ import numpy as np
 from embodied_ppo_envs.arm import ArmEnv
 from gymnasium import spaces
 
-BLOCK_RADIUS, BLOCK_ANGLE = (0.14, 0.20), (-0.5, 0.5)  # where the block starts
+# Where the block starts: far enough out that the fingertip must reach it with the elbow open
+# (folded against its joint limit, the arm's tip stays within 0.15 m of the base).
+BLOCK_RADIUS, BLOCK_ANGLE = (0.18, 0.24), (-0.5, 0.5)
 GOAL_OFFSET = (0.06, 0.15)  # how far the goal is from the block's start (any direction)
-GOAL_RADIUS = (0.10, 0.27)  # the goal stays where the arm can bring the block
+GOAL_RADIUS = (0.12, 0.29)  # the goal stays where the arm can bring the block
+PUSH_OFFSET = 0.05  # the pushing point: this far behind the block's centre, away from the goal
+SHAPING_SCALE = 0.05  # metres at which the saturating terms of the reward are half spent
 ARM_START = np.array([2.8, 1.5, 1.0])  # folded behind the base, clear of the block
 
 
@@ -19,12 +23,19 @@ class PushEnv(ArmEnv):
     """Push a block (a free 6 cm cube, 80 g, with friction) to a goal 6-15 cm from
     where it starts.
 
-    Observation (23,): the arm (cos, sin of the joint angles, joint velocities / 10), the
+    Observation (25,): the arm (cos, sin of the joint angles, joint velocities / 10), the
     fingertip, the block's position, its yaw (cos, sin) and planar velocity, the goal, block
-    minus goal and fingertip minus block (metres, on the table).
-    Reward: -distance(block, goal) - 0.5 x distance(fingertip, block) - control_cost x
-    |action|^2, plus `success_bonus` on every step the block is within `success_distance` of
-    the goal. `info["is_success"]`: within `success_distance` now.
+    minus goal, fingertip minus block and fingertip minus pushing point (metres, on the table).
+    Reward, with d_goal = |block - goal| and d_push = |fingertip - pushing point| (the point
+    5 cm behind the block's centre on the line from the goal through the block, where a push
+    moves the block toward the goal):
+
+        -d_goal + (1 - tanh(d_goal / 5 cm)) + 0.5 (1 - tanh(d_push / 5 cm))
+        - control_cost |action|^2 + success_bonus [d_goal < success_distance]
+
+    The linear term pulls from afar, the saturating ones are steep near their targets; the
+    reaching term says from which side to push. `info["is_success"]`: within
+    `success_distance` now.
     Episodes: 150 steps (3 s), no termination. Seeded by `reset(seed=...)`.
     """
 
@@ -40,7 +51,7 @@ class PushEnv(ArmEnv):
         self.success_distance = success_distance
         self.control_cost = control_cost
         self.success_bonus = success_bonus
-        space = spaces.Box(-np.inf, np.inf, (23,), np.float32)
+        space = spaces.Box(-np.inf, np.inf, (25,), np.float32)
         super().__init__(
             "push.xml",
             space,
@@ -55,6 +66,15 @@ class PushEnv(ArmEnv):
 
     def block(self) -> np.ndarray:
         return self.data.xpos[self.block_body, :2].copy()
+
+    def push_point(self) -> np.ndarray:
+        """Where the fingertip pushes from: PUSH_OFFSET behind the block, away from the goal."""
+        block, goal = self.block(), self.target()
+        away = block - goal
+        norm = float(np.linalg.norm(away))
+        if norm < 1e-9:  # on the goal: any side will do
+            return block
+        return block + PUSH_OFFSET * away / norm
 
     def block_yaw(self) -> float:
         w, x, y, z = self.data.xquat[self.block_body]
@@ -89,6 +109,7 @@ class PushEnv(ArmEnv):
                 goal,
                 block - goal,
                 tip - block,
+                tip - self.push_point(),
             ]
         ).astype(np.float32)
 
@@ -100,7 +121,8 @@ class PushEnv(ArmEnv):
         success = distance < self.success_distance
         reward = (
             -distance
-            - 0.5 * float(np.linalg.norm(tip - block))
+            + (1.0 - np.tanh(distance / SHAPING_SCALE))
+            + 0.5 * (1.0 - np.tanh(float(np.linalg.norm(tip - self.push_point())) / SHAPING_SCALE))
             - self.control_cost * float(np.square(action).sum())
             + self.success_bonus * success
         )

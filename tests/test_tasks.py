@@ -107,6 +107,32 @@ def test_push_moves_the_block_by_contact(make):
         assert abs(env.data.xpos[env.block_body, 2] - 0.03) < 0.002
 
 
+def test_push_rewards_the_fingertip_behind_the_block_on_the_side_away_from_the_goal(make):
+    env = make("EmbodiedPPO/Push-v0").unwrapped
+    rewards = {}
+    for side in ("beyond", "between"):
+        env.reset(seed=0)
+        # Put the block 7 cm from the fingertip, away from the base.
+        tip = env.fingertip()
+        away = tip / np.linalg.norm(tip)
+        q, v = env.data.qpos.copy(), env.data.qvel.copy()
+        q[3:5] = block = tip + 0.07 * away
+        env.set_state(q, v)
+        # "beyond": the goal on the block's far side from the fingertip, which is then behind
+        # the block; "between": the goal between them, the pushing point on the far side.
+        goal = block + 0.1 * away if side == "beyond" else block - 0.1 * away
+        env.set_target(goal, z=0.001)
+        push = env.push_point()
+        assert np.linalg.norm(push - block) == pytest.approx(0.05)
+        assert np.linalg.norm(push - goal) == pytest.approx(0.15, abs=1e-6)  # behind the block
+        obs, rewards[side], _, _, info = env.step(np.zeros(3))
+        assert np.allclose(obs[-2:], env.fingertip() - env.push_point(), atol=1e-6)
+        assert info["distance"] == pytest.approx(0.1, abs=1e-3) and info["is_success"] == 0.0
+    # Same block-goal distance: only the reaching term differs, and it favours pushing from
+    # the side away from the goal.
+    assert rewards["beyond"] > rewards["between"] + 0.05
+
+
 def test_reach_pixels_sees_the_target_and_keeps_privileged_state_apart(make):
     env = make("EmbodiedPPO/ReachPixels-v0")
     obs, _ = env.reset(seed=0)
