@@ -277,6 +277,9 @@ def report(results: dict, out: Path, root: Path) -> None:
         "",
         "## Time to reach a return (training episodes, ours)",
         "",
+        "The first iteration whose mean return over the training episodes it finished reached the "
+        "value (a single noisy iteration counts; the curves above show how steady it was).",
+        "",
         "| config | return | mean over the seeds that reached it | seeds |",
         "| --- | ---: | ---: | ---: |",
         *reach_lines,
