@@ -66,6 +66,8 @@ PEERS = {
     "Ant": (3258, 1327, None),
     "Humanoid": (787, None, 716),
 }
+# The targets at 1M steps (above every published PPO of PEERS), for the report's last column.
+TARGETS_1M = {"HalfCheetah": 5800, "Hopper": 3300, "Walker2d": 4500, "Ant": 3300, "Humanoid": 1300}
 THRESHOLDS = {
     "HalfCheetah": (1500, 3000, 5800),
     "Hopper": (1000, 2000, 3300),
@@ -222,6 +224,27 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.0f} +- {std:.0f}"
 
 
+def target_status(fam: str, steps: int, means: list[float]) -> str:
+    """'met' or 'missed (mean)' against the 1M-step target, '-' where none applies."""
+    target = TARGETS_1M.get(fam)
+    if target is None or steps != 1_000_000 or not means:
+        return "-"
+    mean = statistics.mean(means)
+    return f">= {target}: met" if mean >= target else f">= {target}: **missed** ({mean:.0f})"
+
+
+def header_comment(config: Path) -> str:
+    """The comment block that opens a config file, without its '#' marks."""
+    if not config.is_file():
+        return ""
+    lines = []
+    for line in config.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    return " ".join(lines).strip()
+
+
 def report(results: dict, out: Path, root: Path) -> None:
     import torch
 
@@ -239,10 +262,11 @@ def report(results: dict, out: Path, root: Path) -> None:
         f"{torch.__version__}; wall times are whole processes (compilation included).",
         "",
         "| config | steps | ours (seeds) | each seed | SB3 + zoo (seeds) | wall time, ours | "
-        "steps/s, ours | wall time, SB3 | Tianshou / RL Zoo / CleanRL, 1M (published) |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        "steps/s, ours | wall time, SB3 | Tianshou / RL Zoo / CleanRL, 1M (published) | "
+        "target at 1M |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    reach_lines = []
+    reach_lines, config_notes = [], []
     for name, rec in results.items():
         ours = [r for r in rec["ours"].values() if "eval" in r]
         sb3 = [r for r in rec["sb3"].values() if "eval" in r]
@@ -256,8 +280,12 @@ def report(results: dict, out: Path, root: Path) -> None:
             f"| `{name}` | {rec['steps']:,} | {mean_std([r['eval']['mean'] for r in ours])} "
             f"({len(ours)}) | {each} | {mean_std([r['eval']['mean'] for r in sb3])} ({len(sb3)}) | "
             f"{wall / 60:.1f} min | {rec['steps'] / wall if wall else 0:,.0f} | "
-            f"{'-' if sb3_wall is None else f'{sb3_wall / 60:.1f} min'} | {peers or '-'} |"
+            f"{'-' if sb3_wall is None else f'{sb3_wall / 60:.1f} min'} | {peers or '-'} | "
+            f"{target_status(fam, rec['steps'], [r['eval']['mean'] for r in ours])} |"
         )
+        notes = header_comment(ROOT / rec["config"]) if "config" in rec else ""
+        if notes:
+            config_notes += [f"### `{rec['config']}`", "", notes, ""]
         for threshold in THRESHOLDS.get(fam, ()):
             hits = [r["reached"].get(str(threshold)) for r in ours]
             done = [h for h in hits if h]
@@ -285,6 +313,14 @@ def report(results: dict, out: Path, root: Path) -> None:
         *reach_lines,
         "",
     ]
+    if config_notes:
+        lines += [
+            "## The configs: what was tuned, and what mattered",
+            "",
+            "Each config's own header, as measured above.",
+            "",
+            *config_notes,
+        ]
     out.write_text("\n".join(lines) + "\n")
 
 
@@ -322,6 +358,8 @@ def main() -> None:
             name, env_id = config.stem, env_id_of(config)
             rec = results.setdefault(name, {"env_id": env_id, "steps": args.steps,
                                             "ours": {}, "sb3": {}})  # fmt: skip
+            path = config.resolve()
+            rec["config"] = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
             if rec["steps"] != args.steps:
                 fail(f"{root / name} holds runs of {rec['steps']:,} steps; use another --root")
             for seed in args.seeds:

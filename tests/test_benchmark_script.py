@@ -27,7 +27,8 @@ def load_script():
 
 def write_config(path: Path) -> Path:
     path.write_text(
-        yaml.safe_dump(
+        "# Tiny Pendulum: what was tuned\n# and what mattered.\n"
+        + yaml.safe_dump(
             {
                 "env": {"id": "Pendulum-v1", "num_envs": 2, "max_episode_steps": 50},
                 "model": {"hidden_sizes": [16, 16]},
@@ -76,6 +77,8 @@ def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
         assert results["ours"][seed]["eval"]["mean"] == pytest.approx(ev["mean_return"])
     report = out.read_text()
     assert "| `tiny` | 256 |" in report and "(2)" in report
+    # The config's header comment is the report's account of what was tuned.
+    assert "Tiny Pendulum: what was tuned and what mattered." in report
     # A second invocation trains nothing again.
     wall = {s: r["wall_s"] for s, r in results["ours"].items()}
     assert run_script(*args).returncode == 0
@@ -95,6 +98,16 @@ def test_time_to_reach_adds_up_the_clocks_of_resumed_processes(tmp_path):
     # The third row comes from a resumed process: its clock restarted at 0.
     reached = module.first_reached(tmp_path, (40, 100, 300, 1000))
     assert reached == {"40": [200, 20.0], "100": [300, 24.0], "300": [400, 28.0], "1000": None}
+
+
+def test_the_target_column_says_met_or_missed_with_the_mean():
+    module = load_script()
+    assert module.target_status("Walker2d", 1_000_000, [4600.0, 4500.0]) == ">= 4500: met"
+    assert module.target_status("Walker2d", 1_000_000, [4600.0, 4000.0]) == (
+        ">= 4500: **missed** (4300)"
+    )
+    assert module.target_status("Walker2d", 500_000, [5000.0]) == "-"  # not the 1M budget
+    assert module.target_status("Pendulum", 1_000_000, [0.0]) == "-"
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
