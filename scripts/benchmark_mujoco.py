@@ -259,14 +259,16 @@ def report(results: dict, out: Path, root: Path) -> None:
         "machine, same evaluation episodes.",
         "",
         f"Machine: {platform.machine()}, Python {platform.python_version()}, torch "
-        f"{torch.__version__}; wall times are whole processes (compilation included).",
+        f"{torch.__version__}; wall times are whole processes (compilation included). Ours "
+        "ran alone on the machine; Stable-Baselines3 uses one core (one env and one torch "
+        "thread, its faster setting here), so two of its runs may share the machine, one per core.",
         "",
         "| config | steps | ours (seeds) | each seed | SB3 + zoo (seeds) | wall time, ours | "
         "steps/s, ours | wall time, SB3 | Tianshou / RL Zoo / CleanRL, 1M (published) | "
         "target at 1M |",
         "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    reach_lines, config_notes = [], []
+    reach_lines, config_notes, curves = [], [], []
     for name, rec in results.items():
         ours = [r for r in rec["ours"].values() if "eval" in r]
         sb3 = [r for r in rec["sb3"].values() if "eval" in r]
@@ -276,9 +278,11 @@ def report(results: dict, out: Path, root: Path) -> None:
         wall = statistics.mean(walls) if walls else 0.0
         each = ", ".join(f"{r['eval']['mean']:.0f}" for r in ours)
         sb3_wall = statistics.mean([r["wall_s"] for r in sb3]) if sb3 else None
+        sb3_means = [r["eval"]["mean"] for r in sb3]
+        sb3_cell = f"{mean_std(sb3_means)} ({len(sb3)})" if sb3 else "none finished"
         lines.append(
             f"| `{name}` | {rec['steps']:,} | {mean_std([r['eval']['mean'] for r in ours])} "
-            f"({len(ours)}) | {each} | {mean_std([r['eval']['mean'] for r in sb3])} ({len(sb3)}) | "
+            f"({len(ours)}) | {each} | {sb3_cell} | "
             f"{wall / 60:.1f} min | {rec['steps'] / wall if wall else 0:,.0f} | "
             f"{'-' if sb3_wall is None else f'{sb3_wall / 60:.1f} min'} | {peers or '-'} | "
             f"{target_status(fam, rec['steps'], [r['eval']['mean'] for r in ours])} |"
@@ -298,9 +302,9 @@ def report(results: dict, out: Path, root: Path) -> None:
             image = out.parent / "images" / f"benchmark_{name}.png"
             runs = [str(root / name / f"seed{s}") for s in rec["ours"]]
             cli(["plot", *runs, "--out", str(image), "--smooth", "5", "--title", name])
-            lines.append("")
-            lines.append(f"![{name}](images/{image.name})")
-            lines.append("")
+            curves += [f"![{name}](images/{image.name})", ""]
+    if curves:
+        lines += ["", "## Learning curves (training return, ours, every seed)", "", *curves]
     lines += [
         "",
         "## Time to reach a return (training episodes, ours)",

@@ -110,6 +110,26 @@ def test_the_target_column_says_met_or_missed_with_the_mean():
     assert module.target_status("Pendulum", 1_000_000, [0.0]) == "-"
 
 
+def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch):
+    module = load_script()
+    plots = []
+    monkeypatch.setattr(module, "cli", plots.append)  # the curves' `plot` commands
+    done = {"wall_s": 60.0, "eval": {"mean": 100.0, "std": 1.0}, "reached": {}}
+    results = {
+        name: {"env_id": env_id, "steps": 1000, "ours": {"1": done}, "sb3": {"1": done}}
+        for name, env_id in (("a", "Hopper-v5"), ("b", "Walker2d-v5"))
+    }
+    out = tmp_path / "benchmarks.md"
+    module.report(results, out, tmp_path)
+    assert len(plots) == 2 and "![a](images/benchmark_a.png)" in out.read_text()
+    lines = out.read_text().splitlines()
+    rows = [
+        i for i, line in enumerate(lines) if line.startswith(("| `a` | 1,000", "| `b` | 1,000"))
+    ]
+    assert len(rows) == 2 and rows[1] == rows[0] + 1  # no line between them breaks the table
+    assert "| 100 +- 0 (1) |" in lines[rows[0]]
+
+
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     proc = run_script("--configs", str(tmp_path / "missing.yaml"), "--root", str(tmp_path / "b"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such config" in proc.stderr
