@@ -328,6 +328,16 @@ def report(results: dict, out: Path, root: Path) -> None:
     out.write_text("\n".join(lines) + "\n")
 
 
+def save_record(results_file: Path, name: str, rec: dict) -> None:
+    """Write one config's record into results.json, keeping the records other invocations
+    (running at the same time, on other configs) wrote since this one started."""
+    current = json.loads(results_file.read_text()) if results_file.exists() else {}
+    current[name] = rec
+    tmp = results_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(current, indent=2) + "\n")
+    tmp.replace(results_file)
+
+
 # ------------------------------------------------------------------------------------ main
 def main() -> None:
     p = argparse.ArgumentParser(
@@ -369,16 +379,17 @@ def main() -> None:
             for seed in args.seeds:
                 r = run_ours(config, seed, args.steps, root / name / f"seed{seed}", args.episodes)
                 rec["ours"][str(seed)] = r
-                results_file.write_text(json.dumps(results, indent=2) + "\n")
+                save_record(results_file, name, rec)
                 print(f"{name} seed {seed}: {r['eval']['mean']:.1f} ({r['wall_s'] / 60:.1f} min)")
             for seed in args.sb3_seeds:
                 r = run_sb3(env_id, seed, args.steps, root / name / f"sb3_seed{seed}",
                             args.sb3_save_every, args.episodes)  # fmt: skip
                 rec["sb3"][str(seed)] = r
-                results_file.write_text(json.dumps(results, indent=2) + "\n")
+                save_record(results_file, name, rec)
                 print(
                     f"{name} SB3 seed {seed}: {r['eval']['mean']:.1f} ({r['wall_s'] / 60:.1f} min)"
                 )
+        results = json.loads(results_file.read_text())  # with other invocations' records
     if not results:
         fail(f"no results under {root}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

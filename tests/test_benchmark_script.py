@@ -130,6 +130,16 @@ def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch)
     assert "| 100 +- 0 (1) |" in lines[rows[0]]
 
 
+def test_a_record_is_saved_without_dropping_another_invocations(tmp_path):
+    module = load_script()
+    results_file = tmp_path / "results.json"
+    module.save_record(results_file, "a", {"steps": 1})
+    # Another invocation, started before "a" was written, saves its own config.
+    module.save_record(results_file, "b", {"steps": 2})
+    module.save_record(results_file, "a", {"steps": 3})
+    assert json.loads(results_file.read_text()) == {"a": {"steps": 3}, "b": {"steps": 2}}
+
+
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     proc = run_script("--configs", str(tmp_path / "missing.yaml"), "--root", str(tmp_path / "b"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such config" in proc.stderr
