@@ -9,6 +9,7 @@ the environment layer are imported by the functions that create or resume runs.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -20,7 +21,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 import torch
@@ -431,28 +432,36 @@ class RunLock:
 
     The operating system releases the lock when its holder exits, however it exits (kill -9
     included), so a lock left by a dead process is simply taken over; the file names the
-    holder (pid, host, start time) for the refusal message.
+    holder (pid, host, start time) for the refusal message. A holder that ends normally removes
+    the file, so a finished run directory holds no trace of it, and a refused attempt leaves
+    the directory exactly as it found it.
     """
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / LOCK_NAME
-        self._file: Any = None
+        self._file: TextIO | None = None
 
     def acquire(self) -> RunLock:
         import fcntl
         import socket
 
-        f = open(self.path, "a+")  # noqa: SIM115 (held until release)
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
+        while True:
+            f = open(self.path, "a+")  # noqa: SIM115 (held until release)
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                f.close()
+                raise UserError(
+                    f"{self.path.parent}: this run is being trained by {holder}; wait for it to "
+                    "finish or stop it (Ctrl-C saves a checkpoint), then --resume"
+                ) from None
+            # A holder that released between our open and our flock has removed the file we
+            # locked: lock the file that is at the path now, not an orphan.
+            if self._is_at_path(f):
+                break
             f.close()
-            raise UserError(
-                f"{self.path.parent}: this run is being trained by {holder}; wait for it to "
-                "finish or stop it (Ctrl-C saves a checkpoint), then --resume"
-            ) from None
         f.seek(0)
         f.truncate()
         f.write(
@@ -463,9 +472,18 @@ class RunLock:
         self._file = f
         return self
 
+    def _is_at_path(self, f: TextIO) -> bool:
+        try:
+            return os.path.samestat(os.fstat(f.fileno()), os.stat(self.path))
+        except FileNotFoundError:
+            return False
+
     def release(self) -> None:
         if self._file is not None:
-            self._file.close()  # closing releases the lock; the file stays, harmless
+            # Remove the file while still holding the lock, then close (which releases it).
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self._file.close()
             self._file = None
 
     def __enter__(self) -> RunLock:

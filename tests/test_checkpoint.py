@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from embodied_ppo.checkpoint import FORMAT, atomic_write_bytes, load_checkpoint, save_checkpoint
-from embodied_ppo.errors import CheckpointError
+from embodied_ppo.errors import CheckpointError, UserError
 
 
 def test_round_trip_and_latest(tmp_path):
@@ -99,3 +99,45 @@ def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch):
         atomic_write_bytes(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+
+
+def test_the_run_lock_leaves_no_file_and_takes_over_a_dead_holders(tmp_path):
+    from embodied_ppo.checkpoint import LOCK_NAME, RunLock
+
+    lock_file = tmp_path / LOCK_NAME
+    with RunLock(tmp_path):
+        assert lock_file.read_text().startswith(f"process {os.getpid()} on ")
+        with pytest.raises(UserError, match=f"being trained by process {os.getpid()} on "):
+            RunLock(tmp_path).acquire()
+    assert not lock_file.exists()  # a refused attempt or a finished run leaves no trace
+    # A file left by a holder killed with -9 holds no lock: the next run takes it over.
+    lock_file.write_text("process 1 on elsewhere (since 2000-01-01 00:00:00)\n")
+    with RunLock(tmp_path):
+        assert lock_file.read_text().startswith(f"process {os.getpid()} on ")
+    assert not lock_file.exists()
+
+
+def test_the_run_lock_locks_the_file_at_its_path_when_the_holder_leaves_meanwhile(
+    tmp_path, monkeypatch
+):
+    import fcntl
+
+    from embodied_ppo.checkpoint import LOCK_NAME, RunLock
+
+    lock_file = tmp_path / LOCK_NAME
+    real_flock, calls = fcntl.flock, []
+
+    def flock_after_the_holder_left(fd, op):
+        if not calls:  # the holder releases between our open and our flock: its file goes
+            lock_file.unlink()
+            lock_file.write_text("")
+        calls.append(fd)
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_the_holder_left)
+    lock = RunLock(tmp_path).acquire()
+    try:
+        assert len(calls) == 2  # the orphan was dropped and the file at the path locked
+        assert os.path.samestat(os.fstat(lock._file.fileno()), os.stat(lock_file))
+    finally:
+        lock.release()
