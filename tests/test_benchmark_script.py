@@ -53,7 +53,7 @@ def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
     stopped = embodied_ppo.train(
         config,
         ["trainer.seed=2", "trainer.total_steps=256"],
-        run_dir=root / "tiny" / "seed2",
+        run_dir=root / "tiny_256" / "seed2",
         callbacks=[lambda run, metrics: run.global_step >= 128],
         progress=io.StringIO(),
     )
@@ -62,11 +62,12 @@ def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
     args += ["--root", str(root), "--out", str(out)]
     proc = run_script(*args)
     assert proc.returncode == 0, proc.stderr
-    results = json.loads((root / "results.json").read_text())["tiny"]
+    # A budget other than the default 1M steps is recorded under the config's name and budget.
+    results = json.loads((root / "results.json").read_text())["tiny_256"]
     assert results["env_id"] == "Pendulum-v1" and results["steps"] == 256
     assert sorted(results["ours"]) == ["1", "2"]
     for seed in ("1", "2"):
-        run = root / "tiny" / f"seed{seed}"
+        run = root / "tiny_256" / f"seed{seed}"
         steps = [
             json.loads(x)["global_step"] for x in (run / "metrics.jsonl").read_text().splitlines()
         ]
@@ -76,13 +77,13 @@ def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
         assert len(ev["returns"]) == 10
         assert results["ours"][seed]["eval"]["mean"] == pytest.approx(ev["mean_return"])
     report = out.read_text()
-    assert "| `tiny` | 256 |" in report and "(2)" in report
+    assert "| `tiny_256` | 256 |" in report and "(2)" in report
     # The config's header comment is the report's account of what was tuned.
     assert "Tiny Pendulum: what was tuned and what mattered." in report
     # A second invocation trains nothing again.
     wall = {s: r["wall_s"] for s, r in results["ours"].items()}
     assert run_script(*args).returncode == 0
-    again = json.loads((root / "results.json").read_text())["tiny"]["ours"]
+    again = json.loads((root / "results.json").read_text())["tiny_256"]["ours"]
     assert {s: r["wall_s"] for s, r in again.items()} == wall
 
 
@@ -106,8 +107,23 @@ def test_the_target_column_says_met_or_missed_with_the_mean():
     assert module.target_status("Walker2d", 1_000_000, [4600.0, 4000.0]) == (
         ">= 4500: **missed** (4300)"
     )
-    assert module.target_status("Walker2d", 500_000, [5000.0]) == "-"  # not the 1M budget
+    assert module.target_status("Walker2d", 500_000, [5000.0]) == "-"  # no target for 500k
     assert module.target_status("Pendulum", 1_000_000, [0.0]) == "-"
+    # Humanoid has a target at each budget; the timed returns include both.
+    assert module.target_status("Humanoid", 10_000_000, [5600.0]) == ">= 5500: met"
+    assert module.target_status("Humanoid", 1_000_000, [1200.0]) == (">= 1300: **missed** (1200)")
+    assert module.thresholds("Humanoid") == (700, 1300, 5500)
+    assert module.thresholds("Hopper") == (1000, 2000, 3300)
+
+
+def test_a_budget_other_than_1m_gets_its_own_name():
+    module = load_script()
+    config = Path("configs/humanoid.yaml")
+    assert module.record_name(config, 1_000_000) == "humanoid"
+    assert module.record_name(config, 10_000_000) == "humanoid_10M"
+    assert module.record_name(config, 500_000) == "humanoid_500k"
+    assert module.record_name(config, 2_500_000) == "humanoid_2500k"
+    assert module.record_name(config, 256) == "humanoid_256"
 
 
 def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch):
