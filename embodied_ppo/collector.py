@@ -397,20 +397,26 @@ class Collector:
         if self.merged:
             return
         buf = self.buffer
-        obs = buf.flat("obs")["obs"]
-        if not bool(buf.mask.all()):  # episodic rollouts: the steps of the episodes only
-            keep = buf.mask.reshape(-1).bool()
-            obs = map_obs(lambda x: x[keep], obs)
-        self.policy.update_obs_statistics(obs, self.reduce)
-        self.merged = True
+        self._merge(buf.flat("obs")["obs"], buf.mask.reshape(-1).bool())
 
     def _merge_staged(self, steps: int) -> None:
         """Merge the staged rollout's observations (its first `steps` steps, episodes only)."""
         st, N = self._stage, self.envs.num_envs
-        keep = st["mask"][:steps].reshape(-1)
-        obs = map_obs(lambda a: a[:steps].reshape(steps * N, *a.shape[2:])[keep], st["obs"])
-        self.policy.update_obs_statistics(self._torch(obs), self.reduce)
+        obs = map_obs(lambda a: a[:steps].reshape(steps * N, *a.shape[2:]), st["obs"])
+        self._merge(self._torch(obs), torch.from_numpy(st["mask"][:steps].reshape(-1)))
+
+    def _merge(self, obs: torch.Tensor | dict[str, torch.Tensor], keep: torch.Tensor) -> None:
+        """Merge observations (B, ...) into the normalizers, the rows where `keep` (B,) holds
+        (episodic rollouts: the steps of the episodes only)."""
+        if not bool(keep.all()):
+            keep = keep.to(self._device_of(obs))
+            obs = map_obs(lambda x: x[keep], obs)
+        self.policy.update_obs_statistics(obs, self.reduce)
         self.merged = True
+
+    @staticmethod
+    def _device_of(obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.device:
+        return next(iter(obs.values())).device if isinstance(obs, dict) else obs.device
 
     def _reevaluate(
         self,
