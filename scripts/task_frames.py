@@ -1,8 +1,11 @@
 """Render a frame of each of the project's tasks (for the README): after `--steps` steps of a
-trained policy when a run directory is given, else of the reset state.
+trained policy when a run directory is given, else of the reset state. `--env` renders other
+tasks instead; `--strip K` puts K frames side by side, `--gap` steps apart (a gait, not a pose).
 
     python scripts/task_frames.py --out docs/images
     python scripts/task_frames.py --run EmbodiedPPO/Reach-v0=runs/reach --out docs/images
+    python scripts/task_frames.py --env Humanoid-v5 --run Humanoid-v5=runs/humanoid \\
+        --steps 300 --strip 4 --gap 8 --out docs/images
 """
 
 from __future__ import annotations
@@ -27,19 +30,31 @@ def main() -> None:
     p.add_argument("--run", action="append", default=[], metavar="ENV_ID=RUN_DIR")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--seed", type=int, default=3)
+    p.add_argument("--env", nargs="+", default=None, help="env ids (default: the arm tasks)")
+    p.add_argument("--strip", type=int, default=1, help="frames side by side")
+    p.add_argument("--gap", type=int, default=10, help="steps between the strip's frames")
     args = p.parse_args()
     runs = dict(item.split("=", 1) for item in args.run)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for env_id in embodied_ppo_envs.ARM_TASKS:
+    for env_id in args.env or embodied_ppo_envs.ARM_TASKS:
         env = gym.make(env_id, render_mode="rgb_array", width=320, height=240)
         obs, _ = env.reset(seed=args.seed)
-        if env_id in runs:
-            policy = embodied_ppo.load_policy(runs[env_id])
-            for _ in range(args.steps):
-                obs, *_ = env.step(policy(obs))
-        frame = env.render()
-        name = env_id.split("/")[1].split("-")[0].lower()
+        policy = embodied_ppo.load_policy(runs[env_id]) if env_id in runs else None
+        first = args.steps if policy is not None else 0  # untrained: the reset state
+        frames, k, ended = [], 0, False
+        while len(frames) < args.strip and not ended:
+            if k >= first and (k - first) % args.gap == 0:
+                frames.append(env.render())
+                if len(frames) == args.strip:
+                    break
+            action = policy(obs) if policy is not None else np.zeros(env.action_space.shape)
+            obs, _, terminated, truncated, _ = env.step(action)
+            ended, k = terminated or truncated, k + 1
+        if not frames:  # the episode ended before --steps: its last state
+            frames.append(env.render())
+        frame = np.concatenate(frames, axis=1)
+        name = env_id.split("/")[-1].split("-")[0].lower()
         iio.imwrite(out / f"{name}.png", np.ascontiguousarray(frame))
         if isinstance(obs, dict) and "image" in obs:  # what the policy sees, enlarged
             big = np.kron(obs["image"], np.ones((4, 4, 1), dtype=np.uint8))

@@ -146,3 +146,37 @@ def test_reach_pixels_sees_the_target_and_keeps_privileged_state_apart(make):
     env.unwrapped.set_target(-tip_target[2:])
     moved = env.unwrapped._get_obs()
     assert not np.array_equal(moved["image"], image)
+
+
+def test_task_frames_films_a_trained_policy_as_a_strip(tmp_path):
+    """scripts/task_frames.py: the policy of a run drives the task, K frames side by side."""
+    import io
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import imageio.v3 as iio
+
+    import embodied_ppo
+
+    root = Path(__file__).resolve().parents[1]
+    run = tmp_path / "run"
+    cfg = {"env": {"id": "Hopper-v5", "num_envs": 2}, "model": {"hidden_sizes": [8]}}
+    cfg["algorithm"] = {"rollout_steps": 16, "update_epochs": 1, "minibatch_size": 32}
+    cfg["trainer"] = {"total_steps": 32, "compile": False, "device": "cpu"}
+    embodied_ppo.train(cfg, run_dir=run, progress=io.StringIO())
+
+    def strip(*args):
+        out = tmp_path / args[-1]
+        cmd = [sys.executable, "scripts/task_frames.py", "--env", "Hopper-v5", "--out", str(out)]
+        proc = subprocess.run([*cmd, *args[:-1]], cwd=root, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return iio.imread(out / "hopper.png")
+
+    policy = strip("--run", f"Hopper-v5={run}", "--steps", "4", "--strip", "3", "--gap", "2", "a")
+    assert policy.shape == (240, 3 * 320, 3)
+    frames = np.split(policy, 3, axis=1)
+    assert not np.array_equal(frames[0], frames[2])  # the body moved between the frames
+    # The same strip without the run is the untrained task from its reset state.
+    reset = strip("--steps", "4", "--strip", "3", "--gap", "2", "b")
+    assert not np.array_equal(reset, policy)
