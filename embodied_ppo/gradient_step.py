@@ -17,7 +17,9 @@ step is one small tensor (which CUDA graphs would otherwise overwrite on their n
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Hashable, Iterator
 from typing import TextIO
 
 import torch
@@ -123,6 +125,7 @@ class GradientStep:
         self.notes = notes or sys.stdout
         self.grad_fn = torch.func.grad(self._loss, has_aux=True)
         self.compiled = False
+        self._trusted: Hashable | None = None  # see `calls`
         self._impls = (self._grads_impl, self._apply_impl, self._step_impl)
         self._grads, self._apply, self._step = self._impls
         # CUDA graphs (reduce-overhead) reuse their output memory on the next replay.
@@ -391,6 +394,32 @@ class GradientStep:
         """`grads` and `apply` of one whole minibatch in one call: metrics + STEP_FIELDS."""
         out = self._guarded(2, self.flat.detach(), mb, weights, lr, adam)
         return out.clone() if self.cudagraphs else out
+
+    @contextlib.contextmanager
+    def calls(self, signature: Hashable) -> Iterator[None]:
+        """Context for one update's calls; `signature` names every shape and dtype its inputs
+        will have (the batch's fields and the rollout length).
+
+        Before each call of a compiled function, Dynamo checks each input against the guards
+        of its graphs: ~0.1 ms on the CPU, a third of a 64x64 network's whole step. An update
+        that ran to its end with a signature has compiled every graph such an update calls, and
+        the next update with the same signature calls them with inputs of the same sizes,
+        dtypes and devices; so those updates skip the guards that do not choose between graphs
+        (`torch.compiler.set_stance(skip_guard_eval_unsafe=True)`). Anything else (a first
+        update, another signature, parameters moved or replaced) runs with every guard.
+        """
+        if not self.compiled:
+            yield
+            return
+        key = (signature, self.flat.device, self.flat.dtype, self.flat.shape)
+        if key == self._trusted:
+            with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+                yield
+            return
+        self._trusted = None
+        yield  # an exception leaves the signature untrusted
+        if self.compiled:  # not fallen back to eager meanwhile
+            self._trusted = key
 
     def _guarded(self, which: int, *args: object) -> tuple[Tensor, Tensor] | Tensor:
         fn = (self._grads, self._apply, self._step)[which]

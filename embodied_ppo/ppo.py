@@ -37,6 +37,15 @@ def _rows(x: Tensor | dict[str, Tensor], rows: slice) -> Tensor | dict[str, Tens
     return x[rows] if isinstance(x, Tensor) else {k: v[rows] for k, v in x.items()}
 
 
+def _signature(batch: dict[str, Tensor], num_steps: int) -> tuple:
+    """What decides the shapes, dtypes and devices of every input an update's steps get."""
+    fields = []
+    for name, x in sorted(batch.items()):
+        for key, t in sorted(x.items()) if isinstance(x, dict) else [("", x)]:
+            fields.append((name, key, tuple(t.shape), t.dtype, t.device))
+    return (num_steps, tuple(fields))
+
+
 class NonFiniteError(RuntimeError):
     """A loss term or the gradient became NaN/Inf; the step was not taken."""
 
@@ -158,19 +167,42 @@ class PPOUpdate:
 
     def update(self, batch: dict[str, Tensor], num_steps: int) -> dict[str, float]:
         """One PPO update on a flattened (T*N) batch (fields of BATCH_FIELDS), T = `num_steps`."""
-        a = self.algo
         device = batch["advantages"].device
-        size, M = batch["advantages"].shape[0], a.minibatch_size
-        micro = a.micro_batch_size or M
-        split = micro < M or self.reduce is not None
-        sync_each_step = self._checks_each_step(device)
         lr = torch.tensor(self.lr, dtype=torch.float32, device=device)
         adam = self.step.adam_state()
         records: list[Tensor] = []  # one vector per step taken: metrics + STEP_FIELDS
-        where: list[tuple[int, int]] = []
-        stopped = False
+        where: list[tuple[int, int]] = []  # (epoch, minibatch) of each record
+        with self.step.calls(_signature(batch, num_steps)):
+            stopped = self._epochs(batch, num_steps, lr, adam, records, where)
+        self.set_lr(float(lr))
+        if not records:
+            return {"num_gradient_steps": 0.0, "early_stopped": float(stopped)}
+        table = torch.stack(records)  # (steps, metrics + STEP_FIELDS)
+        if not self._checks_each_step(device):
+            bad = table[:, -1] > 0
+            if bool(bad.any()):  # one host sync per update
+                first = int(bad.nonzero()[0, 0])
+                raise NonFiniteError(self._culprit(table[first]), *where[first])
+        return self._summary(table, stopped)
+
+    def _epochs(
+        self,
+        batch: dict[str, Tensor],
+        num_steps: int,
+        lr: Tensor,
+        adam: tuple,
+        records: list[Tensor],
+        where: list[tuple[int, int]],
+    ) -> bool:
+        """The update's epochs of minibatch steps: appends each step's vector to `records` and
+        its (epoch, minibatch) to `where`; True where early stopping ended them."""
+        a = self.algo
+        size, M = batch["advantages"].shape[0], a.minibatch_size
+        micro = a.micro_batch_size or M
+        split = micro < M or self.reduce is not None
+        sync_each_step = self._checks_each_step(batch["advantages"].device)
         for epoch in range(a.update_epochs):
-            order, valid = self._epoch_order(size, num_steps, device)
+            order, valid = self._epoch_order(size, num_steps, batch["advantages"].device)
             # Gathered once per epoch (observations key by key).
             rows = [map_obs(lambda x, o=order: x[o], batch[f]) for f in self.fields]
             mask = batch["mask"][order]
@@ -188,22 +220,10 @@ class PPOUpdate:
                 if sync_each_step and bool(out[-2]):  # skipped
                     if bool(out[-1]):
                         raise NonFiniteError(self._culprit(out), epoch, k)
-                    stopped = True  # early stop: this minibatch's step was not taken
-                    break
+                    return True  # early stop: this minibatch's step was not taken
                 records.append(out)
                 where.append((epoch, k))
-            if stopped:
-                break
-        self.set_lr(float(lr))
-        if not records:
-            return {"num_gradient_steps": 0.0, "early_stopped": float(stopped)}
-        table = torch.stack(records)  # (steps, metrics + STEP_FIELDS)
-        if not sync_each_step:
-            bad = table[:, -1] > 0
-            if bool(bad.any()):  # one host sync per update
-                first = int(bad.nonzero()[0, 0])
-                raise NonFiniteError(self._culprit(table[first]), *where[first])
-        return self._summary(table, stopped)
+        return False
 
     def _checks_each_step(self, device: torch.device) -> bool:
         """On the CPU a host sync costs nothing: stop at the first skipped step. Elsewhere, look

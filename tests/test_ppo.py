@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -185,6 +186,43 @@ def test_early_stop_drops_the_step_that_trips_it(compile):
     # The first minibatch has ratio 1 (kl 0): it steps; the next one exceeds the threshold.
     assert m["num_gradient_steps"] == 1 and m["early_stopped"] == 1.0
     assert all(int(s["step"]) == 1 for s in opt.state.values())
+
+
+def test_a_repeated_update_skips_the_guards_and_computes_the_same(monkeypatch):
+    # The second update with a batch signature calls the compiled graphs without Dynamo's
+    # guards; it computes what guarded calls compute. A batch of another dtype (a signature not
+    # seen whole) runs with every guard: the float32 graphs never see float64 inputs.
+    stances = []
+    set_stance = torch.compiler.set_stance
+
+    def spy(*args, **kw):
+        stances.append(kw.get("skip_guard_eval_unsafe", False))
+        return set_stance(*args, **kw)
+
+    monkeypatch.setattr(torch.compiler, "set_stance", spy)
+    batches = [random_batch(seed=0), random_batch(seed=1), random_batch(seed=2)]
+    for field in ("advantages", "returns"):
+        batches[2][field] = batches[2][field].double()
+
+    def train(trusting):
+        torch.manual_seed(0)
+        policy = ActorCritic(spec())
+        upd, _ = updater(policy, compile=True)
+        if not trusting:
+            monkeypatch.setattr(upd.step, "calls", lambda signature: contextlib.nullcontext())
+        states = []
+        for batch in batches:
+            upd.update(batch, 8)
+            states.append(copy.deepcopy(policy.state_dict()))
+        return states
+
+    guarded = train(trusting=False)
+    assert stances == []
+    trusted = train(trusting=True)
+    assert stances == [True]  # the second update only
+    for ours, ref in zip(trusted, guarded, strict=True):
+        for k, v in ours.items():
+            assert torch.equal(v, ref[k]), k
 
 
 def test_compiled_update_matches_eager():
