@@ -75,6 +75,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
             "max_grad_norm": cfg.optim.max_grad_norm,
             "backend": cfg.env.backend,
             "env_threads": cfg.env.threads,
+            "early_stop_kl": cfg.algorithm.early_stop_kl,
         }
     return {
         "env": args.env,
@@ -94,6 +95,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
         "max_grad_norm": 0.5,
         "backend": args.backend,
         "env_threads": args.env_threads,
+        "early_stop_kl": None,
     }
 
 
@@ -124,6 +126,7 @@ def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
                 "gae_lambda": s["gae_lambda"],
                 "value_clip": s["value_clip"],
                 "huber_delta": s["huber_delta"],
+                "early_stop_kl": s.get("early_stop_kl"),
                 "entropy_bonus": 0.0,
             },
             "optim": {"lr": s["lr"], "max_grad_norm": s["max_grad_norm"]},
@@ -268,6 +271,9 @@ def sb3_model(s: dict, threads: int | None):
         ent_coef=0.0,
         vf_coef=0.5,
         max_grad_norm=s["max_grad_norm"],
+        # Its epochs stop once a minibatch's approx_kl passes 1.5 x target_kl; ours skip the
+        # minibatch whose approx_kl passes early_stop_kl, and the rest of the update with it.
+        target_kl=None if s.get("early_stop_kl") is None else s["early_stop_kl"] / 1.5,
         policy_kwargs={
             "net_arch": {"pi": s["hidden"], "vf": s["hidden"]},
             "activation_fn": act,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import io
 import json
@@ -160,3 +161,23 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     proc = run_script("--configs", str(tmp_path / "missing.yaml"), "--root", str(tmp_path / "b"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such config" in proc.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_bench_throughput_gives_every_contender_the_configs_early_stop(tmp_path):
+    # early_stop_kl changes how many gradient steps an update takes: a side-by-side timing
+    # that dropped it would compare different amounts of work.
+    spec = importlib.util.spec_from_file_location(
+        "bench_throughput", ROOT / "scripts" / "bench_throughput.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    config = write_config(tmp_path / "tiny.yaml")
+    data = yaml.safe_load(config.read_text().split("\n", 2)[2])
+    data["algorithm"]["early_stop_kl"] = 0.06
+    config.write_text(yaml.safe_dump(data))
+    s = bench.settings_from_args(argparse.Namespace(config=str(config)))
+    assert s["early_stop_kl"] == 0.06
+    assert bench.ours_config(s, 2, str(tmp_path / "run"), 1).algorithm.early_stop_kl == 0.06
+    pytest.importorskip("stable_baselines3")
+    model, _ = bench.sb3_model(s, 1)
+    assert model.target_kl == pytest.approx(0.06 / 1.5)  # its rule: stop past 1.5 x target_kl
