@@ -5,7 +5,7 @@ tasks instead; `--strip K` puts K frames side by side, `--gap` steps apart (a ga
     python scripts/task_frames.py --out docs/images
     python scripts/task_frames.py --run EmbodiedPPO/Reach-v0=runs/reach --out docs/images
     python scripts/task_frames.py --env Humanoid-v5 --run Humanoid-v5=runs/humanoid \\
-        --steps 300 --strip 4 --gap 8 --out docs/images
+        --steps 300 --strip 4 --gap 8 --camera track --out docs/images
 """
 
 from __future__ import annotations
@@ -33,12 +33,19 @@ def main() -> None:
     p.add_argument("--env", nargs="+", default=None, help="env ids (default: the arm tasks)")
     p.add_argument("--strip", type=int, default=1, help="frames side by side")
     p.add_argument("--gap", type=int, default=10, help="steps between the strip's frames")
+    p.add_argument(
+        "--camera",
+        default=None,
+        help="a named camera of the model (Humanoid's 'track' follows the body; the default "
+        "camera stays where the episode began)",
+    )
     args = p.parse_args()
     runs = dict(item.split("=", 1) for item in args.run)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for env_id in args.env or embodied_ppo_envs.ARM_TASKS:
-        env = gym.make(env_id, render_mode="rgb_array", width=320, height=240)
+        camera = {"camera_name": args.camera} if args.camera else {}
+        env = gym.make(env_id, render_mode="rgb_array", width=320, height=240, **camera)
         obs, _ = env.reset(seed=args.seed)
         policy = embodied_ppo.load_policy(runs[env_id]) if env_id in runs else None
         first = args.steps if policy is not None else 0  # untrained: the reset state

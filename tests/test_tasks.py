@@ -180,3 +180,7 @@ def test_task_frames_films_a_trained_policy_as_a_strip(tmp_path):
     # The same strip without the run is the untrained task from its reset state.
     reset = strip("--steps", "4", "--strip", "3", "--gap", "2", "b")
     assert not np.array_equal(reset, policy)
+    # --camera names one of the model's cameras: Hopper's "track" follows the body, nearer.
+    tracked = strip("--run", f"Hopper-v5={run}", "--steps", "4", "--strip", "3", "--gap", "2",
+                    "--camera", "track", "c")  # fmt: skip
+    assert tracked.shape == policy.shape and not np.array_equal(tracked, policy)
