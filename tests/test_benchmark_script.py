@@ -163,9 +163,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-def test_bench_throughput_gives_every_contender_the_configs_early_stop(tmp_path):
-    # early_stop_kl changes how many gradient steps an update takes: a side-by-side timing
-    # that dropped it would compare different amounts of work.
+def load_bench_settings(tmp_path):
+    """bench_throughput.py and its settings for a config with early_stop_kl 0.06."""
     spec = importlib.util.spec_from_file_location(
         "bench_throughput", ROOT / "scripts" / "bench_throughput.py"
     )
@@ -175,9 +174,19 @@ def test_bench_throughput_gives_every_contender_the_configs_early_stop(tmp_path)
     data = yaml.safe_load(config.read_text().split("\n", 2)[2])
     data["algorithm"]["early_stop_kl"] = 0.06
     config.write_text(yaml.safe_dump(data))
-    s = bench.settings_from_args(argparse.Namespace(config=str(config)))
+    return bench, bench.settings_from_args(argparse.Namespace(config=str(config)))
+
+
+def test_bench_throughput_gives_ours_the_configs_early_stop(tmp_path):
+    # early_stop_kl changes how many gradient steps an update takes: a side-by-side timing
+    # that dropped it would compare different amounts of work.
+    bench, s = load_bench_settings(tmp_path)
     assert s["early_stop_kl"] == 0.06
     assert bench.ours_config(s, 2, str(tmp_path / "run"), 1).algorithm.early_stop_kl == 0.06
-    pytest.importorskip("stable_baselines3")
+
+
+def test_bench_throughput_gives_stable_baselines3_the_configs_early_stop(tmp_path):
+    pytest.importorskip("stable_baselines3")  # the .[bench] extra
+    bench, s = load_bench_settings(tmp_path)
     model, _ = bench.sb3_model(s, 1)
     assert model.target_kl == pytest.approx(0.06 / 1.5)  # its rule: stop past 1.5 x target_kl
