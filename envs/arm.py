@@ -20,6 +20,12 @@ class ArmEnv(MujocoEnv, utils.EzPickle):
 
     Actions are the three joint torques, scaled to [-1, 1]. Subclasses set the observation
     space, the initial state (`reset_model`) and the reward (`step`).
+
+    `task_kwargs` are the subclass's own arguments, recorded so that a pickled env is rebuilt
+    with them. Every other keyword goes to Gymnasium's `MujocoEnv`, as in Gymnasium's own
+    MuJoCo tasks: `camera_name` or `camera_id` (the camera of `rgb_array` frames, e.g. "top"),
+    `default_camera_config` (replaces the overhead view), `max_geom`, `visual_options`; an
+    unknown keyword is refused there with a TypeError.
     """
 
     metadata = {
@@ -34,9 +40,17 @@ class ArmEnv(MujocoEnv, utils.EzPickle):
         render_mode: str | None = None,
         width: int = 480,
         height: int = 480,
-        **kwargs: Any,
+        task_kwargs: dict[str, Any] | None = None,
+        **mujoco_kwargs: Any,
     ) -> None:
-        utils.EzPickle.__init__(self, render_mode=render_mode, width=width, height=height, **kwargs)
+        utils.EzPickle.__init__(
+            self,
+            render_mode=render_mode,
+            width=width,
+            height=height,
+            **(task_kwargs or {}),
+            **mujoco_kwargs,
+        )
         MujocoEnv.__init__(
             self,
             str(ASSETS / xml),
@@ -45,7 +59,7 @@ class ArmEnv(MujocoEnv, utils.EzPickle):
             render_mode=render_mode,
             width=width,
             height=height,
-            default_camera_config=VIEW_CAMERA,
+            **{"default_camera_config": VIEW_CAMERA, **mujoco_kwargs},
         )
         self.tip_site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, "fingertip")
         self.arm_joints = 3  # qpos[:3] / qvel[:3]: shoulder, elbow, wrist

@@ -47,21 +47,18 @@ class PushEnv(ArmEnv):
         render_mode: str | None = None,
         width: int = 480,
         height: int = 480,
+        **mujoco_kwargs: Any,
     ) -> None:
         self.success_distance = success_distance
         self.control_cost = control_cost
         self.success_bonus = success_bonus
         space = spaces.Box(-np.inf, np.inf, (25,), np.float32)
-        super().__init__(
-            "push.xml",
-            space,
-            render_mode,
-            width,
-            height,
-            success_distance=success_distance,
-            control_cost=control_cost,
-            success_bonus=success_bonus,
-        )
+        own = {
+            "success_distance": success_distance,
+            "control_cost": control_cost,
+            "success_bonus": success_bonus,
+        }
+        super().__init__("push.xml", space, render_mode, width, height, own, **mujoco_kwargs)
         self.block_body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, "block")
 
     def block(self) -> np.ndarray:

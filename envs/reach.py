@@ -34,22 +34,20 @@ class ReachEnv(ArmEnv):
         height: int = 480,
         xml: str = "reach.xml",
         observation_space: spaces.Space | None = None,
-        **kwargs: Any,
+        task_kwargs: dict[str, Any] | None = None,
+        **mujoco_kwargs: Any,
     ) -> None:
         self.success_distance = success_distance
         self.control_cost = control_cost
         self.success_bonus = success_bonus
         space = observation_space or spaces.Box(-np.inf, np.inf, (15,), np.float32)
+        own = {
+            "success_distance": success_distance,
+            "control_cost": control_cost,
+            "success_bonus": success_bonus,
+        }
         super().__init__(
-            xml,
-            space,
-            render_mode,
-            width,
-            height,
-            success_distance=success_distance,
-            control_cost=control_cost,
-            success_bonus=success_bonus,
-            **kwargs,
+            xml, space, render_mode, width, height, {**own, **(task_kwargs or {})}, **mujoco_kwargs
         )
 
     def reset_model(self) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -35,6 +36,7 @@ class ReachPixelsEnv(ReachEnv):
         width: int = 480,
         height: int = 480,
         image_size: int = IMAGE_SIZE,
+        **mujoco_kwargs: Any,
     ) -> None:
         self.image_size = image_size
         self._camera: mujoco.Renderer | None = None
@@ -53,7 +55,8 @@ class ReachPixelsEnv(ReachEnv):
             width,
             height,
             observation_space=space,
-            image_size=image_size,
+            task_kwargs={"image_size": image_size},
+            **mujoco_kwargs,
         )
 
     def _image(self) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import embodied_ppo_envs
 import gymnasium as gym
 import numpy as np
@@ -70,6 +72,31 @@ def test_each_task_renders_rgb_frames(env_id, make):
     frame = env.render()
     assert frame.ndim == 3 and frame.shape[2] == 3 and frame.dtype == np.uint8 and frame.std() > 5
     assert not size or frame.shape[:2] == (80, 96)
+
+
+@pytest.mark.parametrize("env_id", list(embodied_ppo_envs.ARM_TASKS))
+def test_arm_tasks_pass_camera_keywords_to_mujoco_and_refuse_unknown_ones(env_id, make):
+    size = {"render_mode": "rgb_array", "width": 64, "height": 64}
+    default = make(env_id, **size)
+    top = make(env_id, camera_name="top", **size)
+    for env in (default, top):
+        env.reset(seed=0)
+    assert not np.array_equal(default.render(), top.render())  # another camera, another frame
+    # A pickled env is rebuilt with the camera (and the task's own arguments).
+    clone = pickle.loads(pickle.dumps(top.unwrapped))
+    made = [clone]
+    clone.reset(seed=0)
+    assert np.array_equal(clone.render(), top.render())
+    assert clone.success_distance == top.unwrapped.success_distance
+    if env_id.startswith("EmbodiedPPO/ReachPixels"):
+        small = make(env_id, image_size=32)
+        again = pickle.loads(pickle.dumps(small.unwrapped))
+        made.append(again)
+        assert again.reset(seed=0)[0]["image"].shape == (32, 32, 3)
+    for env in made:
+        env.close()
+    with pytest.raises(TypeError, match="no_such_option"):
+        gym.make(env_id, no_such_option=1)
 
 
 @pytest.mark.parametrize("env_id, limit", [(TASKS[0], 100), (TASKS[1], 150), (TASKS[2], 100)])
