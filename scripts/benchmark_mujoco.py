@@ -11,11 +11,17 @@ config's name for the default budget of 1M steps, with the budget appended for a
 return, every seed's value, wall time and steps/s, the steps and training time at which the
 training return first reached each threshold, and the learning curves (`embodied-ppo plot`).
 
-Every invocation continues where the last one stopped: finished runs are kept (their results
-are in ROOT/results.json), an interrupted run of ours resumes from its last checkpoint
+Every invocation continues where the last one stopped: finished runs are kept, an
+interrupted run of ours resumes from its last checkpoint
 (`train --resume`, exact), an interrupted Stable-Baselines3 run from its last save (every
 `--sb3-save-every` steps). So long budgets can be split over several invocations; the
 wall time of a run is the sum over its invocations.
+
+The results (every seed's evaluation, wall time and threshold crossings) are kept in a JSON
+file that outlives the runs: docs/bench/mujoco.json, tracked with the report, for the default
+ROOT; ROOT/results.json for any other ROOT (experiments), unless --results names one. So the
+report can be rewritten (`--report-only`) on a clone that holds none of the runs: a learning
+curve is redrawn where every seed's run folder is present and kept as it is otherwise.
 
     python scripts/benchmark_mujoco.py --configs configs/hopper.yaml configs/walker2d.yaml \\
         --seeds 1 2 3 --steps 1000000 --sb3-seeds 1
@@ -91,6 +97,8 @@ MILESTONES = {
     "Humanoid": (700,),
 }
 DEFAULT_STEPS = 1_000_000
+DEFAULT_ROOT = ROOT / "runs" / "benchmark"
+DEFAULT_RESULTS = ROOT / "docs" / "bench" / "mujoco.json"
 
 
 def thresholds(fam: str) -> tuple[float, ...]:
@@ -335,10 +343,11 @@ def report(results: dict, out: Path, root: Path) -> None:
                 f"{statistics.mean(h[1] for h in done) / 60:.1f} min"
             )  # fmt: skip
             reach_lines.append(f"| `{name}` | {threshold} | {text} | {len(done)} of {len(hits)} |")
-        if ours:
-            image = out.parent / "images" / f"benchmark_{name}.png"
-            runs = [str(root / name / f"seed{s}") for s in rec["ours"]]
-            cli(["plot", *runs, "--out", str(image), "--smooth", "5", "--title", name])
+        image = out.parent / "images" / f"benchmark_{name}.png"
+        runs = [root / name / f"seed{s}" for s in rec["ours"]]
+        if ours and all((run / "metrics.jsonl").is_file() for run in runs):
+            cli(["plot", *map(str, runs), "--out", str(image), "--smooth", "5", "--title", name])
+        if ours and image.is_file():  # drawn now, or kept from the runs that are gone
             curves += [f"![{name}](images/{image.name})", ""]
     if curves:
         lines += ["", "## Learning curves (training return, ours, every seed)", "", *curves]
@@ -369,6 +378,7 @@ def save_record(results_file: Path, name: str, rec: dict) -> None:
     """Write one config's record into results.json, keeping the records other invocations
     (running at the same time, on other configs) wrote since this one started."""
     current = json.loads(results_file.read_text()) if results_file.exists() else {}
+    results_file.parent.mkdir(parents=True, exist_ok=True)
     current[name] = rec
     tmp = results_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(current, indent=2) + "\n")
@@ -385,8 +395,11 @@ def main() -> None:
     p.add_argument("--sb3-seeds", nargs="*", type=int, default=[1])
     p.add_argument("--steps", type=int, default=1_000_000)
     p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--root", type=Path, default=ROOT / "runs" / "benchmark")
+    p.add_argument("--root", type=Path, default=DEFAULT_ROOT)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    p.add_argument("--results", type=Path, default=None,
+                   help="the results file (default: docs/bench/mujoco.json for the default "
+                   "--root, ROOT/results.json otherwise)")  # fmt: skip
     p.add_argument("--sb3-save-every", type=int, default=100_000)
     p.add_argument("--report-only", action="store_true", help="rewrite the report from ROOT")
     p.add_argument("--sb3-worker", nargs=6, help=argparse.SUPPRESS)
@@ -396,7 +409,10 @@ def main() -> None:
         sb3_worker(env_id, int(seed), int(steps), Path(run), int(save_every), int(episodes))
         return
     root = args.root.resolve()
-    results_file = root / "results.json"
+    if args.results is not None:
+        results_file = args.results.resolve()
+    else:
+        results_file = DEFAULT_RESULTS if root == DEFAULT_ROOT.resolve() else root / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     if not args.report_only:
         if not args.configs:
@@ -414,11 +430,15 @@ def main() -> None:
             if rec["steps"] != args.steps:
                 fail(f"{root / name} holds runs of {rec['steps']:,} steps; use another --root")
             for seed in args.seeds:
+                if "eval" in rec["ours"].get(str(seed), {}):  # finished, its folder maybe gone
+                    continue
                 r = run_ours(config, seed, args.steps, root / name / f"seed{seed}", args.episodes)
                 rec["ours"][str(seed)] = r
                 save_record(results_file, name, rec)
                 print(f"{name} seed {seed}: {r['eval']['mean']:.1f} ({r['wall_s'] / 60:.1f} min)")
             for seed in args.sb3_seeds:
+                if "eval" in rec["sb3"].get(str(seed), {}):
+                    continue
                 r = run_sb3(env_id, seed, args.steps, root / name / f"sb3_seed{seed}",
                             args.sb3_save_every, args.episodes)  # fmt: skip
                 rec["sb3"][str(seed)] = r
@@ -428,7 +448,7 @@ def main() -> None:
                 )
         results = json.loads(results_file.read_text())  # with other invocations' records
     if not results:
-        fail(f"no results under {root}")
+        fail(f"no results in {results_file}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report(results, args.out.resolve(), root)
     print(f"wrote {args.out}")

@@ -130,12 +130,21 @@ def test_a_budget_other_than_1m_gets_its_own_name():
 def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch):
     module = load_script()
     plots = []
-    monkeypatch.setattr(module, "cli", plots.append)  # the curves' `plot` commands
+
+    def plot(args):  # the curves' `plot` commands
+        plots.append(args)
+        Path(args[args.index("--out") + 1]).write_bytes(b"png")
+
+    monkeypatch.setattr(module, "cli", plot)
     done = {"wall_s": 60.0, "eval": {"mean": 100.0, "std": 1.0}, "reached": {}}
     results = {
         name: {"env_id": env_id, "steps": 1000, "ours": {"1": done}, "sb3": {"1": done}}
         for name, env_id in (("a", "Hopper-v5"), ("b", "Walker2d-v5"))
     }
+    for name in ("a", "b"):
+        (tmp_path / name / "seed1").mkdir(parents=True)
+        (tmp_path / name / "seed1" / "metrics.jsonl").write_text("")
+    (tmp_path / "images").mkdir()
     out = tmp_path / "benchmarks.md"
     module.report(results, out, tmp_path)
     assert len(plots) == 2 and "![a](images/benchmark_a.png)" in out.read_text()
@@ -145,6 +154,40 @@ def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch)
     ]
     assert len(rows) == 2 and rows[1] == rows[0] + 1  # no line between them breaks the table
     assert "| 100 +- 0 (1) |" in lines[rows[0]]
+
+
+def test_the_report_is_rewritten_from_the_results_file_when_the_runs_are_gone(
+    tmp_path, monkeypatch
+):
+    module = load_script()
+    plots = []
+    monkeypatch.setattr(module, "cli", plots.append)
+    done = {"wall_s": 60.0, "eval": {"mean": 100.0}, "reached": {"1000": None}}
+    results = {"a": {"env_id": "Hopper-v5", "steps": 1000, "ours": {"1": done}, "sb3": {}}}
+    out = tmp_path / "docs" / "benchmarks.md"
+    (out.parent / "images").mkdir(parents=True)
+    module.report(results, out, tmp_path / "no_runs")
+    # No run folder: nothing to plot, and no curve that does not exist is linked.
+    assert plots == [] and "benchmark_a.png" not in out.read_text()
+    (out.parent / "images" / "benchmark_a.png").write_bytes(b"png")  # drawn by an earlier run
+    module.report(results, out, tmp_path / "no_runs")
+    assert plots == [] and "![a](images/benchmark_a.png)" in out.read_text()
+    assert "| `a` | 1,000 | 100 +- 0 (1) |" in out.read_text()
+
+
+def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
+    config = write_config(tmp_path / "tiny.yaml")
+    results_file, root = tmp_path / "kept.json", tmp_path / "bench"
+    done = {"wall_s": 60.0, "eval": {"mean": 100.0}, "reached": {}}
+    results_file.write_text(json.dumps({"tiny_256": {
+        "env_id": "Pendulum-v1", "steps": 256, "ours": {"1": done}, "sb3": {}}}))  # fmt: skip
+    out = tmp_path / "report.md"
+    proc = run_script("--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
+                      "--root", str(root), "--results", str(results_file), "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not (root / "tiny_256" / "seed1").exists()  # its run folder is gone; it is not redone
+    assert json.loads(results_file.read_text())["tiny_256"]["ours"]["1"] == done
+    assert "| `tiny_256` | 256 | 100 +- 0 (1) |" in out.read_text()
 
 
 def test_a_record_is_saved_without_dropping_another_invocations(tmp_path):
