@@ -60,6 +60,11 @@ class RolloutBuffer:
         # at t), and 1.0 where one does. Empty (T, N, 0) for other policies.
         self.states = zeros(T, N, state_size)
         self.starts = zeros(T, N)
+        # Kept only where advantages are recomputed during the update (Collector's
+        # `keep_bootstrap_obs`): the observation after the last step (N, ...), and each
+        # truncation's final observations (step t, env rows, obs (k, ...)).
+        self.last_obs: torch.Tensor | dict[str, torch.Tensor] | None = None
+        self.final_obs: list[tuple[int, torch.Tensor, torch.Tensor | dict[str, torch.Tensor]]] = []
 
     def finalize_next_values(self, last_values: torch.Tensor) -> None:
         """Fill `next_values` from the stored values, V(s_T) = `last_values` and truncations."""

@@ -59,6 +59,9 @@ class Collector:
         reduce: sums a tensor over processes (reward statistics of a distributed run).
         forward_micro_batch: at most this many rows per forward pass when the run's first
             rollout is evaluated again (`algorithm.logprob_forward_micro_batch_size`).
+        keep_bootstrap_obs: also store the observation after the last step and the final
+            observations of truncated episodes in the buffer (`algorithm.recompute_advantages`
+            values them again during the update).
     """
 
     def __init__(
@@ -74,8 +77,10 @@ class Collector:
         total_envs: int | None = None,
         reduce: Reduce | None = None,
         forward_micro_batch: int | None = None,
+        keep_bootstrap_obs: bool = False,
     ) -> None:
         self.envs, self.policy, self.buffer = envs, policy, buffer
+        self.keep_bootstrap_obs = keep_bootstrap_obs
         self.reward_scaler, self.device, self.reduce = reward_scaler, device, reduce
         self.host = inference == "host"
         self.micro_batch = micro_batch or envs.num_envs
@@ -330,7 +335,7 @@ class Collector:
                     else:
                         values = self._values(snapshot, final, self.micro_batch)
                     st["final_values"][t, cut] = values
-                    if first:  # valued again once the statistics are merged
+                    if first or self.keep_bootstrap_obs:  # valued again later
                         finals.append((t, cut, map_obs(np.copy, final)))
                     st["truncated"][t, cut] = True
                 successes = res.episode_successes or [None] * len(res.episode_envs)
@@ -379,6 +384,13 @@ class Collector:
         self.obs = map_obs(np.copy, obs)  # the env may reuse its observation arrays
         self._to_buffer(torch.from_numpy(last))
         buf = self.buffer
+        if self.keep_bootstrap_obs:
+            buf.last_obs = self._torch(self.obs)
+            buf.final_obs = [
+                (t, torch.from_numpy(cut).to(self.device), self._torch(final))
+                for t, cut, final in finals
+                if t < steps
+            ]
         buf.rewards.copy_(
             self.reward_scaler.scale_rollout(
                 buf.rewards, buf.ends, buf.mask if episodic else None, self.reduce

@@ -122,6 +122,9 @@ class AlgorithmConfig:
     sequence_length: int | None = None
     value_loss_coef: float = 0.5
     recompute_old_logprobs: bool = False
+    # Values, advantages and returns again before every epoch after the first, under the
+    # critic as it is then (with the rollout's own rewards and bootstrap observations).
+    recompute_advantages: bool = False
     early_stop_kl: float | None = None
     # KL control against a frozen reference policy.
     use_kl_loss: bool = False

@@ -28,6 +28,7 @@ BATCH_FIELDS = (
 # also take the stored states and episode starts).
 MINIBATCH_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns")
 RECURRENT_FIELDS = ("states", "starts")
+VALUE_ROWS = 8192  # rows per critic forward pass when advantages are recomputed
 
 Reduce = Callable[[Tensor], Tensor]
 
@@ -165,15 +166,23 @@ class PPOUpdate:
             )
         return torch.cat(list(parts)), None
 
-    def update(self, batch: dict[str, Tensor], num_steps: int) -> dict[str, float]:
-        """One PPO update on a flattened (T*N) batch (fields of BATCH_FIELDS), T = `num_steps`."""
+    def update(
+        self,
+        batch: dict[str, Tensor],
+        num_steps: int,
+        refresh: Callable[[], None] | None = None,
+    ) -> dict[str, float]:
+        """One PPO update on a flattened (T*N) batch (fields of BATCH_FIELDS), T = `num_steps`.
+
+        `refresh`, where given, runs before every epoch after the first and rewrites the
+        batch's values, advantages and returns in place (`refresh_advantages`)."""
         device = batch["advantages"].device
         lr = torch.tensor(self.lr, dtype=torch.float32, device=device)
         adam = self.step.adam_state()
         records: list[Tensor] = []  # one vector per step taken: metrics + STEP_FIELDS
         where: list[tuple[int, int]] = []  # (epoch, minibatch) of each record
         with self.step.calls(_signature(batch, num_steps)):
-            stopped = self._epochs(batch, num_steps, lr, adam, records, where)
+            stopped = self._epochs(batch, num_steps, lr, adam, records, where, refresh)
         self.set_lr(float(lr))
         if not records:
             return {"num_gradient_steps": 0.0, "early_stopped": float(stopped)}
@@ -193,6 +202,7 @@ class PPOUpdate:
         adam: tuple,
         records: list[Tensor],
         where: list[tuple[int, int]],
+        refresh: Callable[[], None] | None = None,
     ) -> bool:
         """The update's epochs of minibatch steps: appends each step's vector to `records` and
         its (epoch, minibatch) to `where`; True where early stopping ended them."""
@@ -202,6 +212,8 @@ class PPOUpdate:
         split = micro < M or self.reduce is not None
         sync_each_step = self._checks_each_step(batch["advantages"].device)
         for epoch in range(a.update_epochs):
+            if epoch and refresh is not None:
+                refresh()
             order, valid = self._epoch_order(size, num_steps, batch["advantages"].device)
             # Gathered once per epoch (observations key by key).
             rows = [map_obs(lambda x, o=order: x[o], batch[f]) for f in self.fields]
@@ -360,6 +372,39 @@ def prepare_batch(
         chunk = a.logprob_forward_micro_batch_size
         batch["logprobs"] = recompute_logprobs(policy, batch["obs"], batch["actions"], chunk)
     return batch, extra
+
+
+def refresh_advantages(
+    buf: RolloutBuffer, policy: ActorCritic, algo: AlgorithmConfig, reduce: Reduce | None
+) -> None:
+    """`algorithm.recompute_advantages`: the rollout's values under the critic as it is now,
+    and GAE advantages and returns from them, written into the buffer (and so into the update's
+    batch, whose fields are views of it).
+
+    Every bootstrap is valued again too: V(s_T) from the observation after the last step and
+    V(final_obs) of each truncation, both kept by the collector. The rewards are the rollout's
+    own (scaled, and KL-penalized where that applies). The stored values change with them, so
+    value clipping is measured from the values the epoch starts with.
+    """
+    assert buf.last_obs is not None, "the collector did not keep the bootstrap observations"
+    T, N = buf.num_steps, buf.num_envs
+    obs = buf.flat("obs")["obs"]
+    with torch.no_grad():
+        values = [
+            policy.value(map_obs(lambda x, i=i: x[i : i + VALUE_ROWS], obs))
+            for i in range(0, T * N, VALUE_ROWS)
+        ]
+        buf.values.copy_(torch.cat(values).reshape(T, N))
+        for t, rows, final in buf.final_obs:
+            buf.final_values[t, rows] = policy.value(final)
+        buf.finalize_next_values(policy.value(buf.last_obs))
+    a = algo
+    adv, ret = compute_advantages(
+        a.adv_type, buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends,
+        buf.mask, a.gamma, a.gae_lambda, a.group_size, a.normalize_advantages, reduce,
+    )  # fmt: skip
+    buf.advantages.copy_(adv)
+    buf.returns.copy_(ret)
 
 
 class InRewardKL:

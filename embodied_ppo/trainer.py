@@ -12,6 +12,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -48,6 +49,7 @@ from embodied_ppo.ppo import (
     learning_rate,
     make_optimizer,
     prepare_batch,
+    refresh_advantages,
 )
 from embodied_ppo.validate import check_policy, inference_path, per_process, resolve_device
 from embodied_ppo.vecenv import env_seeds, group_seeds, make_env, noise_seed
@@ -114,6 +116,7 @@ class Trainer:
             e.num_envs * self.world,
             self.reduce,
             a.logprob_forward_micro_batch_size,
+            keep_bootstrap_obs=a.recompute_advantages,
         )
         self.reference = None
         if a.use_kl_loss or a.use_kl_in_reward:
@@ -196,8 +199,13 @@ class Trainer:
                 t1 = time.perf_counter()
                 buf = self.buffer
                 batch, extra = prepare_batch(buf, self.policy, a, self.in_reward_kl, self.reduce)
+                refresh = (
+                    partial(refresh_advantages, buf, self.policy, a, self.reduce)
+                    if a.recompute_advantages
+                    else None
+                )
                 try:
-                    metrics = self.updater.update(batch, buf.num_steps)
+                    metrics = self.updater.update(batch, buf.num_steps, refresh)
                 except NonFiniteError as exc:
                     raise TrainingError(
                         f"iteration {self.iteration}: {exc}; the weights were not updated; "

@@ -232,6 +232,11 @@ def _check_estimator(cfg: Config) -> None:
             "algorithm.loss_type: got 'actor' with adv_type 'gae'; GAE needs a critic, use "
             "loss_type actor_critic or a critic-free adv_type (grpo, rloo, reinforce_plus_plus)",
         )
+    _check(
+        not a.recompute_advantages or a.adv_type == "gae",
+        f"algorithm.recompute_advantages: got true with adv_type {a.adv_type!r}, whose "
+        "advantages use no critic; use adv_type gae, or recompute_advantages: false",
+    )
     if a.adv_type in ("grpo", "rloo"):
         _check(
             a.group_size >= 2,
@@ -315,6 +320,10 @@ def _check_recurrent(cfg: Config) -> None:
     refused = {
         "loss_agg_func": (a.loss_agg_func != "token-mean", "chunks are not whole sequences"),
         "recompute_old_logprobs": (a.recompute_old_logprobs, "the stored log-probs are exact"),
+        "recompute_advantages": (
+            a.recompute_advantages,
+            "the values would need the recurrent states the critic reaches under its new weights",
+        ),
         "use_kl_loss": (a.use_kl_loss, why),
         "use_kl_in_reward": (a.use_kl_in_reward, why),
     }

@@ -286,6 +286,7 @@ def test_a_recurrent_policy_refuses_a_missing_or_misshapen_state(tmp_path):
         ({"recurrent": "lstm"}, {"sequence_length": 17}, "algorithm.sequence_length"),
         ({"recurrent": "lstm"}, {"sequence_length": 4, "minibatch_size": 6}, "minibatch_size"),
         ({"recurrent": "gru"}, {"recompute_old_logprobs": True}, "recompute_old_logprobs"),
+        ({"recurrent": "lstm"}, {"recompute_advantages": True}, "recompute_advantages"),
         ({"recurrent": "gru"}, {"loss_agg_func": "seq-mean-token-sum"}, "loss_agg_func"),
     ],
 )

@@ -10,7 +10,9 @@ from conftest import tiny_config
 
 from embodied_ppo.checkpoint import load_checkpoint
 from embodied_ppo.errors import CheckpointError, TrainingError
+from embodied_ppo.advantages import compute_advantages
 from embodied_ppo.modules import ActorCritic
+from embodied_ppo.ppo import prepare_batch, refresh_advantages
 from embodied_ppo.trainer import Trainer
 
 TAGS = [
@@ -120,11 +122,11 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path, monkeypatch):
     real = trainer.updater.update
     calls = {"n": 0}
 
-    def poisoned(batch, num_steps):
+    def poisoned(batch, num_steps, refresh=None):
         calls["n"] += 1
         if calls["n"] == 2:
             batch["returns"][0] = float("inf")
-        return real(batch, num_steps)
+        return real(batch, num_steps, refresh)
 
     monkeypatch.setattr(trainer.updater, "update", poisoned)
     with pytest.raises(
@@ -141,9 +143,9 @@ def test_normalizer_merges_each_rollout_after_its_update_the_first_before_it(tmp
     seen = []
     real = trainer.updater.update
 
-    def spy(batch, num_steps):
+    def spy(batch, num_steps, refresh=None):
         seen.append(trainer.policy.obs_normalizer.count.item())
-        return real(batch, num_steps)
+        return real(batch, num_steps, refresh)
 
     trainer.updater.update = spy
     trainer.train()
@@ -165,6 +167,75 @@ def test_first_ratio_of_an_update_is_one(tmp_path):
     # One minibatch per epoch: approx_kl is measured before the step, at ratio 1.
     assert all(r["losses/approx_kl"] < 1e-10 for r in records)
     assert all(r["losses/clipfrac"] == 0.0 for r in records)
+
+
+@pytest.mark.parametrize("inference", ["host", "device"])
+def test_recomputed_advantages_are_gae_under_the_critic_as_it_is(tmp_path, inference):
+    # 10-step episodes in 16-step rollouts: truncations inside the rollout and at its end.
+    cfg = tiny_config(
+        "Pendulum-v1",
+        env={"max_episode_steps": 10},
+        model={"share_backbone": False},
+        algorithm={"recompute_advantages": True},
+        trainer={"inference": inference},
+    )
+    trainer = Trainer(cfg, tmp_path)
+    trainer.collector.start()
+    for _ in range(2):  # the second rollout: after an update, normalizer merged
+        trainer.collector.collect()
+        buf = trainer.buffer
+        batch, _ = prepare_batch(buf, trainer.policy, cfg.algorithm, None, None)
+        collected = {k: getattr(buf, k).clone() for k in ("values", "next_values", "advantages")}
+        assert buf.truncated.any() and buf.final_obs
+        # With the critic unchanged, the refresh reproduces what collection computed: every
+        # bootstrap observation is the one the collector valued.
+        refresh_advantages(buf, trainer.policy, cfg.algorithm, None)
+        for name, before in collected.items():
+            torch.testing.assert_close(getattr(buf, name), before, atol=1e-5, rtol=1e-5)
+        trainer.updater.update(batch, buf.num_steps)
+        trainer.collector.merge_obs_statistics()
+    # After the critic moved: the values are the current critic's, the advantages GAE of them;
+    # a value head's bias moved by 1 moves every bootstrap value (V(s_T), V(final_obs)) by 1.
+    refresh_advantages(buf, trainer.policy, cfg.algorithm, None)
+    before = buf.next_values.clone()
+    with torch.no_grad():
+        trainer.policy.value_head.bias.add_(1.0)
+    refresh_advantages(buf, trainer.policy, cfg.algorithm, None)
+    with torch.no_grad():
+        values = trainer.policy.value(buf.flat("obs")["obs"]).reshape(buf.values.shape)
+    torch.testing.assert_close(buf.values, values)
+    torch.testing.assert_close(
+        buf.next_values[:-1][~buf.truncated[:-1]], values[1:][~buf.truncated[:-1]]
+    )
+    torch.testing.assert_close(buf.next_values, before + 1.0)
+    a = cfg.algorithm
+    adv, ret = compute_advantages(
+        "gae", buf.rewards, values, buf.next_values, buf.terminated, buf.ends, buf.mask,
+        a.gamma, a.gae_lambda, 1, a.normalize_advantages, None,
+    )  # fmt: skip
+    torch.testing.assert_close(buf.advantages, adv)
+    torch.testing.assert_close(buf.returns, ret)
+
+
+def test_recompute_advantages_refreshes_before_every_epoch_after_the_first(tmp_path):
+    cfg = tiny_config("Pendulum-v1", algorithm={"update_epochs": 3, "recompute_advantages": True})
+    trainer = Trainer(cfg, tmp_path)
+    real = trainer.updater.update
+    refreshes = []
+
+    def spy(batch, num_steps, refresh=None):
+        def counted():
+            refreshes.append(batch["advantages"].clone())
+            refresh()
+
+        return real(batch, num_steps, counted)
+
+    trainer.updater.update = spy
+    trainer.train()
+    assert len(refreshes) == 2 * trainer.iteration  # epochs 2 and 3 of every update
+    # and the key changes training: the same run without it ends elsewhere
+    plain = train(tiny_config("Pendulum-v1", algorithm={"update_epochs": 3}), tmp_path / "b")
+    assert any(not torch.equal(v, params(plain)[k]) for k, v in params(trainer).items())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

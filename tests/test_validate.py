@@ -45,6 +45,10 @@ from embodied_ppo.validate import (
         ({"algorithm": {"clip_ratio_c": 0.5}}, "algorithm.clip_ratio_c: got 0.5"),
         ({"algorithm": {"group_size": 4}}, "algorithm.group_size: got 4"),
         (
+            {"algorithm": {"adv_type": "rloo", "group_size": 2, "recompute_advantages": True}},
+            "algorithm.recompute_advantages: got true with adv_type 'rloo'",
+        ),
+        (
             {"algorithm": {"minibatch_size": 100}},
             "algorithm.minibatch_size: got 100, expected a divisor",
         ),
