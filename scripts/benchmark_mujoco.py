@@ -22,6 +22,8 @@ file that outlives the runs: docs/bench/mujoco.json, tracked with the report, fo
 ROOT; ROOT/results.json for any other ROOT (experiments), unless --results names one. So the
 report can be rewritten (`--report-only`) on a clone that holds none of the runs: a learning
 curve is redrawn where every seed's run folder is present and kept as it is otherwise.
+Each record keeps a digest of its config's settings: a config changed since (comments aside)
+is refused, so runs of old settings are never mixed with new ones.
 
     python scripts/benchmark_mujoco.py --configs configs/hopper.yaml configs/walker2d.yaml \\
         --seeds 1 2 3 --steps 1000000 --sb3-seeds 1
@@ -135,6 +137,16 @@ def env_id_of(config: Path) -> str:
     import yaml
 
     return yaml.safe_load(config.read_text())["env"]["id"]
+
+
+def config_digest(config: Path) -> str:
+    """What a config trains, as a short hash of its settings (its comments do not count)."""
+    import hashlib
+
+    import yaml
+
+    settings = json.dumps(yaml.safe_load(config.read_text()), sort_keys=True)
+    return hashlib.sha256(settings.encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------ ours
@@ -420,6 +432,13 @@ def main() -> None:
         for config in args.configs:
             if not config.is_file():
                 fail(f"no such config: {config}")
+            known = results.get(record_name(config, args.steps), {}).get("config_digest")
+            if known is not None and known != config_digest(config):
+                fail(
+                    f"{config} changed since the runs recorded as "
+                    f"{record_name(config, args.steps)!r} in {results_file}; remove that record "
+                    "(its runs are of the old settings) or use another --root"
+                )
         root.mkdir(parents=True, exist_ok=True)
         for config in args.configs:
             name, env_id = record_name(config, args.steps), env_id_of(config)
@@ -427,6 +446,7 @@ def main() -> None:
                                             "ours": {}, "sb3": {}})  # fmt: skip
             path = config.resolve()
             rec["config"] = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+            rec["config_digest"] = config_digest(config)
             if rec["steps"] != args.steps:
                 fail(f"{root / name} holds runs of {rec['steps']:,} steps; use another --root")
             for seed in args.seeds:

@@ -190,6 +190,28 @@ def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
     assert "| `tiny_256` | 256 | 100 +- 0 (1) |" in out.read_text()
 
 
+def test_a_config_changed_since_its_recorded_runs_is_refused(tmp_path):
+    config = write_config(tmp_path / "tiny.yaml")
+    results_file = tmp_path / "kept.json"
+    module = load_script()
+    done = {"wall_s": 60.0, "eval": {"mean": 100.0}, "reached": {}}
+    record = {"env_id": "Pendulum-v1", "steps": 256, "ours": {"1": done}, "sb3": {},
+              "config_digest": module.config_digest(config)}  # fmt: skip
+    results_file.write_text(json.dumps({"tiny_256": record}))
+    args = ["--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
+            "--root", str(tmp_path / "bench"), "--results", str(results_file),
+            "--out", str(tmp_path / "report.md")]  # fmt: skip
+    # A comment is not a setting: the recorded runs still stand.
+    config.write_text("# edited\n" + config.read_text())
+    assert run_script(*args).returncode == 0
+    config.write_text(config.read_text().replace("hidden_sizes:\n  - 16", "hidden_sizes:\n  - 32"))
+    before = results_file.read_text(), sorted((tmp_path / "bench").rglob("*"))
+    proc = run_script(*args)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "changed since the runs recorded as 'tiny_256'" in proc.stderr
+    assert (results_file.read_text(), sorted((tmp_path / "bench").rglob("*"))) == before
+
+
 def test_a_record_is_saved_without_dropping_another_invocations(tmp_path):
     module = load_script()
     results_file = tmp_path / "results.json"

@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import tiny_config
 
+from embodied_ppo.advantages import compute_advantages
 from embodied_ppo.checkpoint import load_checkpoint
 from embodied_ppo.errors import CheckpointError, TrainingError
-from embodied_ppo.advantages import compute_advantages
 from embodied_ppo.modules import ActorCritic
 from embodied_ppo.ppo import prepare_batch, refresh_advantages
 from embodied_ppo.trainer import Trainer
