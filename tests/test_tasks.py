@@ -28,13 +28,15 @@ def make():
 
 
 def rollout(env, seed, steps=30):
-    """Observations and rewards of `steps` seeded random steps."""
+    """Observations and rewards of `steps` seeded random steps (an ended episode stops them)."""
     obs, _ = env.reset(seed=seed)
     env.action_space.seed(seed)
     out = [obs]
     for _ in range(steps):
-        obs, reward, *_ = env.step(env.action_space.sample())
+        obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
         out += [obs, reward]
+        if terminated or truncated:
+            break
     return out
 
 
