@@ -88,9 +88,12 @@ def assert_close(a: dict, b: dict, atol: float) -> None:
         )
 
 
-def test_two_processes_update_like_one_process_with_all_envs(tmp_path):
-    two = run_worker(tmp_path, "two", 2, 2)
-    one = run_worker(tmp_path, "one", 1, 4)
+@pytest.mark.parametrize("extra", [[], ["algorithm.recompute_advantages=true"]])
+def test_two_processes_update_like_one_process_with_all_envs(tmp_path, extra):
+    # recompute_advantages: each process values its own envs again, and the advantages are
+    # normalized over all processes, as over all envs in one.
+    two = run_worker(tmp_path, "two", 2, 2, *extra)
+    one = run_worker(tmp_path, "one", 1, 4, *extra)
     # Every process holds the same weights ...
     for k, v in two[0].items():
         assert torch.equal(v, two[1][k]), k
