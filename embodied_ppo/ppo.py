@@ -345,6 +345,18 @@ def recompute_logprobs(
         )
 
 
+def advantages_into(buf: RolloutBuffer, algo: AlgorithmConfig, reduce: Reduce | None) -> None:
+    """Advantages and returns of the buffer's rewards and values (`algo.adv_type`), written
+    into the buffer."""
+    a = algo
+    adv, ret = compute_advantages(
+        a.adv_type, buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends,
+        buf.mask, a.gamma, a.gae_lambda, a.group_size, a.normalize_advantages, reduce,
+    )  # fmt: skip
+    buf.advantages.copy_(adv)
+    buf.returns.copy_(ret)
+
+
 def prepare_batch(
     buf: RolloutBuffer,
     policy: ActorCritic,
@@ -362,12 +374,7 @@ def prepare_batch(
     extra: dict[str, float] = {}
     if in_reward_kl is not None:
         extra = in_reward_kl.penalize(buf.rewards, buf.mask, batch)
-    adv, ret = compute_advantages(
-        a.adv_type, buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends,
-        buf.mask, a.gamma, a.gae_lambda, a.group_size, a.normalize_advantages, reduce,
-    )  # fmt: skip
-    buf.advantages.copy_(adv)
-    buf.returns.copy_(ret)
+    advantages_into(buf, a, reduce)
     if a.recompute_old_logprobs:
         chunk = a.logprob_forward_micro_batch_size
         batch["logprobs"] = recompute_logprobs(policy, batch["obs"], batch["actions"], chunk)
@@ -398,13 +405,7 @@ def refresh_advantages(
         for t, rows, final in buf.final_obs:
             buf.final_values[t, rows] = policy.value(final)
         buf.finalize_next_values(policy.value(buf.last_obs))
-    a = algo
-    adv, ret = compute_advantages(
-        a.adv_type, buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends,
-        buf.mask, a.gamma, a.gae_lambda, a.group_size, a.normalize_advantages, reduce,
-    )  # fmt: skip
-    buf.advantages.copy_(adv)
-    buf.returns.copy_(ret)
+    advantages_into(buf, algo, reduce)
 
 
 class InRewardKL:
