@@ -16,12 +16,16 @@ GOAL_OFFSET = (0.06, 0.15)  # how far the goal is from the block's start (any di
 GOAL_RADIUS = (0.12, 0.29)  # the goal stays where the arm can bring the block
 PUSH_OFFSET = 0.05  # the pushing point: this far behind the block's centre, away from the goal
 SHAPING_SCALE = 0.05  # metres at which the saturating terms of the reward are half spent
-ARM_START = np.array([2.8, 1.5, 1.0])  # folded behind the base, clear of the block
+# Folded behind the base, clear of the block; each episode mirrors it (all angles negated) to
+# the other side with probability 1/2.
+ARM_START = np.array([2.8, 1.5, 1.0])
 
 
 class PushEnv(ArmEnv):
     """Push a block (a free 6 cm cube, 80 g, with friction) to a goal 6-15 cm from
-    where it starts.
+    where it starts. The arm starts folded behind its base, on a side drawn at random, and its
+    shoulder turns without a stop (Reach's stops at +-3 rad), so it can come round the back of
+    its base to either side of the block.
 
     Observation (25,): the arm (cos, sin of the joint angles, joint velocities / 10), the
     fingertip, the block's position, its yaw (cos, sin) and planar velocity, the goal, block
@@ -60,6 +64,12 @@ class PushEnv(ArmEnv):
         }
         super().__init__("push.xml", space, render_mode, width, height, own, **mujoco_kwargs)
         self.block_body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, "block")
+        # The shoulder turns without a stop here (a yaw joint of unlimited range), so the arm
+        # can come at the block from either side. With the +-3 rad stop of arm_common.xml, an
+        # arm folded on the +y side could reach the far (-y) side of the block only by squeezing
+        # past it folded, and goals that need a push from there failed.
+        shoulder = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, "shoulder")
+        self.model.jnt_limited[shoulder] = 0
 
     def block(self) -> np.ndarray:
         return self.data.xpos[self.block_body, :2].copy()
@@ -78,7 +88,8 @@ class PushEnv(ArmEnv):
         return float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
 
     def reset_model(self) -> Any:
-        self.set_arm(ARM_START, noise=0.1)
+        side = 1.0 if self.np_random.random() < 0.5 else -1.0
+        self.set_arm(side * ARM_START, noise=0.1)
         start = self.sample_point(BLOCK_RADIUS, BLOCK_ANGLE)
         goal = start + self.sample_point(GOAL_OFFSET, (-np.pi, np.pi))
         while not GOAL_RADIUS[0] <= np.linalg.norm(goal) <= GOAL_RADIUS[1]:

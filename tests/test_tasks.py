@@ -129,11 +129,42 @@ def test_push_moves_the_block_by_contact(make):
         env.reset(seed=seed)
         start = env.block()
         # Swing the curled arm round through the block's side of the table: the links sweep it.
+        toward_front = -np.sign(env.data.qpos[0])
         for _ in range(50):
-            env.step(np.array([-1.0, 0.0, 0.0]))
+            env.step(np.array([toward_front, 0.0, 0.0]))
         assert np.linalg.norm(env.block() - start) > 0.05
         # Slid, not tipped: its centre is still at half its height above the table.
         assert abs(env.data.xpos[env.block_body, 2] - 0.03) < 0.002
+
+
+def test_push_arm_starts_folded_behind_the_base_on_either_side(make):
+    env = make("EmbodiedPPO/Push-v0").unwrapped
+    shoulders = []
+    for seed in range(40):
+        env.reset(seed=seed)
+        shoulders.append(env.data.qpos[0])
+        # Folded behind the base, clear of the block in front of it.
+        assert env.fingertip()[0] < 0.05
+        assert np.linalg.norm(env.fingertip() - env.block()) > 0.1
+    shoulders = np.array(shoulders)
+    assert np.all(np.abs(np.abs(shoulders) - 2.8) <= 0.1 + 1e-9)
+    assert 10 <= np.sum(shoulders > 0) <= 30  # both sides, about half each
+
+
+def test_push_shoulder_turns_past_the_stop_that_reach_keeps(make):
+    # Push's arm starts folded at shoulder ~+-2.8 rad; turning on round the back (through pi)
+    # is how it reaches the block's far side without squeezing past the block. Reach keeps
+    # the +-3 rad stop of arm_common.xml.
+    for env_id, free in (("EmbodiedPPO/Push-v0", True), ("EmbodiedPPO/Reach-v0", False)):
+        env = make(env_id).unwrapped
+        env.reset(seed=0)
+        q = env.data.qpos.copy()
+        q[0] = 2.8
+        env.set_state(q, np.zeros_like(env.data.qvel))
+        for _ in range(40):
+            env.step(np.array([1.0, 0.0, 0.0]))
+        shoulder = env.data.qpos[0]
+        assert (shoulder > 3.5) if free else (shoulder < 3.05), (env_id, shoulder)
 
 
 def test_push_rewards_the_fingertip_behind_the_block_on_the_side_away_from_the_goal(make):
