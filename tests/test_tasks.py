@@ -208,6 +208,43 @@ def test_reach_pixels_sees_the_target_and_keeps_privileged_state_apart(make):
     assert not np.array_equal(moved["image"], image)
 
 
+def test_reach_pixels_camera_draws_a_coarse_copy_of_the_scene(make):
+    from embodied_ppo_envs.reach_pixels import CAMERA_SLICES, TABLE_GRID, camera_model
+
+    env = make("EmbodiedPPO/ReachPixels-v0")
+    model = env.unwrapped.model
+    camera = camera_model(model, 64)
+    table = int(np.flatnonzero(model.geom_type == 0)[0])  # the plane
+    assert (
+        camera.geom_size[table, 2] == TABLE_GRID and camera.vis.quality.numslices == CAMERA_SLICES
+    )
+    assert camera.vis.global_.offwidth == 64 and camera.vis.quality.offsamples == 0
+    # The env's own model (physics, videos) is untouched: a 2 cm grid, fine spheres.
+    assert model.geom_size[table, 2] == pytest.approx(0.02) and model.vis.quality.numslices > 12
+    # The same physical scene: only drawing settings differ.
+    assert np.array_equal(camera.geom_size[:table], model.geom_size[:table])
+    assert np.array_equal(camera.geom_rgba, model.geom_rgba)
+
+
+@pytest.mark.parametrize("given, expected", [(None, "0"), ("3", "3")])
+def test_reach_pixels_turns_off_the_software_renderers_threads_unless_told(given, expected):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LP_NUM_THREADS"}
+    if given is not None:
+        env["LP_NUM_THREADS"] = given
+    code = (
+        "import os, gymnasium as gym, embodied_ppo_envs\n"
+        "e = gym.make('EmbodiedPPO/ReachPixels-v0'); e.reset(seed=0)\n"
+        "print(os.environ.get('LP_NUM_THREADS')); e.close()"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [expected]
+
+
 def test_task_frames_films_a_trained_policy_as_a_strip(tmp_path):
     """scripts/task_frames.py: the policy of a run drives the task, K frames side by side."""
     import io
