@@ -51,6 +51,9 @@ def policy_spec(cfg: Config, info: SpaceInfo) -> dict[str, Any]:
             critic_keys=sorted(m.critic_obs_keys or actor),
             cnn_channels=list(m.cnn_channels),
             cnn_features=m.cnn_features,
+            cnn_kernels=None if m.cnn_kernels is None else list(m.cnn_kernels),
+            cnn_strides=None if m.cnn_strides is None else list(m.cnn_strides),
+            cnn_head=m.cnn_head,
         )
     return spec
 

@@ -66,10 +66,15 @@ class ModelConfig:
     init: Literal["orthogonal", "torch_default"] = "orthogonal"
     init_from: str | None = None
     # Dict observations: the keys the actor reads (null: all) and those the critic reads (null:
-    # the actor's); image keys go through a CNN with these channels, to cnn_features features.
+    # the actor's); image keys go through a CNN with these channels, kernels and strides (null:
+    # 8/4, 4/2, then 3/1), whose last map is flattened or reduced to keypoints by a spatial
+    # softmax, to cnn_features features.
     actor_obs_keys: list[str] | None = None
     critic_obs_keys: list[str] | None = None
     cnn_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
+    cnn_kernels: list[int] | None = None
+    cnn_strides: list[int] | None = None
+    cnn_head: Literal["flatten", "spatial_softmax"] = "flatten"
     cnn_features: int = 128
     # A recurrent core between the observation encoders and the MLP (the actor's, and a
     # separate critic's own): null (none), lstm or gru, with its state size and layers.

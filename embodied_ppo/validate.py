@@ -83,6 +83,17 @@ def check_config(cfg: Config) -> Config:
     for i, c in enumerate(m.cnn_channels):
         _check(c >= 1, f"model.cnn_channels[{i}]: got {c}, expected an integer >= 1")
     _check(m.cnn_features >= 1, f"model.cnn_features: got {m.cnn_features}, expected >= 1")
+    for name in ("cnn_kernels", "cnn_strides"):
+        values = getattr(m, name)
+        if values is None:
+            continue
+        _check(
+            len(values) == len(m.cnn_channels),
+            f"model.{name}: got {len(values)} entries for {len(m.cnn_channels)} layers "
+            f"(model.cnn_channels), expected one per layer or null",
+        )
+        for i, v in enumerate(values):
+            _check(v >= 1, f"model.{name}[{i}]: got {v}, expected an integer >= 1")
     for i, w in enumerate(e.wrappers):
         _check(w.name.strip() != "", f"env.wrappers[{i}].name: required, e.g. FlattenObservation")
     _check(
@@ -538,12 +549,15 @@ def _check_obs_keys(cfg: Config, info: SpaceInfo) -> None:
     for key in set(actor) | set(critic):
         spec = info.obs_keys[key]
         if spec.kind == "image":
-            from embodied_ppo.modules.encoders import cnn_output_size
+            from embodied_ppo.modules.encoders import CNNSpec, cnn_output_size
 
-            if cnn_output_size(spec.shape, len(m.cnn_channels)) < 1:
+            cnn = CNNSpec(m.cnn_channels, m.cnn_features, m.cnn_kernels, m.cnn_strides, m.cnn_head)
+            if cnn_output_size(spec.shape, cnn) < 1:
                 raise ConfigError(
-                    f"model.cnn_channels: {len(m.cnn_channels)} layers shrink the {key!r} image "
-                    f"{spec.shape[0]}x{spec.shape[1]} to nothing; use fewer layers or larger images"
+                    f"model.cnn_channels: {len(m.cnn_channels)} layers (kernels "
+                    f"{[k for k, _ in cnn.layers]}, strides {[s for _, s in cnn.layers]}) shrink "
+                    f"the {key!r} image {spec.shape[0]}x{spec.shape[1]} to nothing; use fewer or "
+                    "smaller layers, or larger images"
                 )
 
 

@@ -20,7 +20,7 @@ from embodied_ppo.export import (
     torchscript_bytes,
 )
 from embodied_ppo.modules import ActorCritic
-from embodied_ppo.modules.encoders import ImageEncoder, cnn_output_size
+from embodied_ppo.modules.encoders import CNNSpec, ImageEncoder, SpatialSoftmax, cnn_output_size
 from embodied_ppo.trainer import Trainer
 from embodied_ppo.validate import check_env
 
@@ -60,7 +60,7 @@ def obs_batch(n=5, seed=0):
 
 
 def test_cnn_takes_channels_last_uint8_and_scales_inside():
-    enc = ImageEncoder((32, 32, 3), [4, 8], 16)
+    enc = ImageEncoder((32, 32, 3), CNNSpec([4, 8], 16))
     image = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8)
     out = enc(image)
     assert out.shape == (3, 16)
@@ -68,12 +68,75 @@ def test_cnn_takes_channels_last_uint8_and_scales_inside():
     x = image.permute(0, 3, 1, 2).float() / 255.0
     expected = torch.relu(enc.out(enc.convs(x).flatten(1)))
     assert torch.allclose(out, expected)
-    assert cnn_output_size((32, 32, 3), 2) == 2 * 2 and cnn_output_size((16, 16, 3), 2) == 0
+    assert cnn_output_size((32, 32, 3), CNNSpec([4, 8], 16)) == 2 * 2
+    assert cnn_output_size((16, 16, 3), CNNSpec([4, 8], 16)) == 0
+
+
+def test_cnn_kernels_and_strides_are_the_configured_ones():
+    cnn = CNNSpec([4, 8, 8], 16, kernels=[4, 3, 3], strides=[2, 2, 1])
+    enc = ImageEncoder((32, 32, 3), cnn)
+    convs = [m for m in enc.convs if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.kernel_size, c.stride) for c in convs] == [
+        ((4, 4), (2, 2)),
+        ((3, 3), (2, 2)),
+        ((3, 3), (1, 1)),
+    ]
+    # 32 -> 15 -> 7 -> 5 positions a side
+    assert cnn.output_hw((32, 32, 3)) == (5, 5) and enc.out.in_features == 5 * 5 * 8
+    # Without kernels and strides: 8/4, 4/2, then 3/1.
+    assert CNNSpec([4, 4, 4, 4], 8).layers == [(8, 4), (4, 2), (3, 1), (3, 1)]
+    with pytest.raises(ValueError, match="3 layers needs 3 kernels"):
+        CNNSpec([4, 8, 8], 16, kernels=[3, 3])
+
+
+def test_spatial_softmax_gives_where_each_channel_fires():
+    soft = SpatialSoftmax(5, 7)  # rows, columns
+    maps = torch.zeros(2, 3, 5, 7)
+    maps[0, 0, 4, 0] = 50.0  # bottom left: x -1, y +1
+    maps[0, 1, 2, 3] = 50.0  # centre
+    maps[0, 2, 0, 5:7] = 50.0  # two top-right positions: between them
+    maps[1, 0] = 0.0  # a flat map: the centre of the image
+    out = soft(maps).reshape(2, 3, 2)  # (x, y) per channel
+    assert torch.allclose(out[0, 0], torch.tensor([-1.0, 1.0]), atol=1e-4)
+    assert torch.allclose(out[0, 1], torch.tensor([0.0, 0.0]), atol=1e-4)
+    assert torch.allclose(out[0, 2], torch.tensor([(2 / 3 + 1) / 2, -1.0]), atol=1e-4)
+    assert torch.allclose(out[1, 0], torch.zeros(2), atol=1e-6)
+    # The temperature is learned: a lower one sharpens the same map towards its peak.
+    maps = torch.zeros(1, 1, 5, 7)
+    maps[0, 0, 2, 6], maps[0, 0, 2, 0] = 2.0, 1.0
+    with torch.no_grad():
+        warm = soft(maps)[0, 0].item()
+        soft.log_temperature.fill_(-3.0)
+        cold = soft(maps)[0, 0].item()
+    assert 0 < warm < cold and cold == pytest.approx(1.0, abs=1e-4)
+
+
+def test_a_spatial_softmax_encoder_follows_a_bright_spot():
+    torch.manual_seed(0)
+    enc = ImageEncoder(
+        (16, 16, 1), CNNSpec([1], 4, kernels=[1], strides=[1], head="spatial_softmax")
+    )
+    with torch.no_grad():  # one 1x1 convolution that passes the brightness through
+        enc.convs[0].weight.fill_(20.0)
+        enc.convs[0].bias.zero_()
+    assert isinstance(enc.head, SpatialSoftmax) and len(enc.convs) == 1  # no ReLU before it
+    image = torch.zeros(2, 16, 16, 1, dtype=torch.uint8)
+    image[0, 3, 12] = 255  # row 3, column 12
+    image[1, 12, 3] = 255
+    keypoints = enc.head(enc.convs(image.permute(0, 3, 1, 2).float() / 255.0))
+    step = 2 / 15
+    assert torch.allclose(keypoints[0], torch.tensor([-1 + 12 * step, -1 + 3 * step]), atol=1e-3)
+    assert torch.allclose(keypoints[1], torch.tensor([-1 + 3 * step, -1 + 12 * step]), atol=1e-3)
+    assert enc(image).shape == (2, 4)
 
 
 def test_a_cnn_too_deep_for_the_images_is_refused():
-    with pytest.raises(ConfigError, match="model.cnn_channels: 4 layers shrink the 'image' image"):
+    with pytest.raises(
+        ConfigError, match="model.cnn_channels: 4 layers .* shrink the 'image' image"
+    ):
         make_policy(cnn_channels=[4, 4, 4, 4])
+    with pytest.raises(ConfigError, match=r"kernels \[9, 9\], strides \[4, 4\]\) shrink"):
+        make_policy(cnn_channels=[4, 4], cnn_kernels=[9, 9], cnn_strides=[4, 4])
 
 
 def test_dict_policy_acts_and_values_from_its_keys():
@@ -120,10 +183,14 @@ def test_training_stores_images_as_uint8_and_updates_vector_normalizers(tmp_path
     assert trainer.collector.host is False  # the numpy snapshot has no CNN: torch inference
 
 
-def test_compiled_training_on_dict_observations_matches_eager(tmp_path):
-    eager = Trainer(dict_config(), tmp_path / "e", progress_stream=io.StringIO())
+KEYPOINTS = {"cnn_kernels": [4, 3], "cnn_strides": [2, 1], "cnn_head": "spatial_softmax"}
+
+
+@pytest.mark.parametrize("cnn", [{}, KEYPOINTS], ids=["flatten", "spatial_softmax"])
+def test_compiled_training_on_dict_observations_matches_eager(tmp_path, cnn):
+    eager = Trainer(dict_config(**cnn), tmp_path / "e", progress_stream=io.StringIO())
     eager.train()
-    cfg = dict_config()
+    cfg = dict_config(**cnn)
     cfg.trainer.compile = True
     compiled = Trainer(cfg, tmp_path / "c", progress_stream=io.StringIO())
     compiled.train()
@@ -131,8 +198,9 @@ def test_compiled_training_on_dict_observations_matches_eager(tmp_path):
         assert torch.allclose(v, compiled.policy.state_dict()[k], atol=1e-4), k
 
 
-def test_dict_policy_export_equals_eager_and_loads(tmp_path):
-    trainer = Trainer(dict_config(), tmp_path, progress_stream=io.StringIO())
+@pytest.mark.parametrize("cnn", [{}, KEYPOINTS], ids=["flatten", "spatial_softmax"])
+def test_dict_policy_export_equals_eager_and_loads(tmp_path, cnn):
+    trainer = Trainer(dict_config(**cnn), tmp_path, progress_stream=io.StringIO())
     trainer.train()
     policy = load_policy(tmp_path)
     assert list(policy.metadata["observation"]["keys"]) == ["image", "position"]

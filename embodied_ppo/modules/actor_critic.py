@@ -14,7 +14,7 @@ from torch import nn
 
 from embodied_ppo.limits import LOG_STD_MAX, LOG_STD_MIN
 from embodied_ppo.modules.distributions import Categorical, DiagGaussian, Distribution
-from embodied_ppo.modules.encoders import DictEncoder
+from embodied_ppo.modules.encoders import CNNSpec, DictEncoder
 from embodied_ppo.modules.networks import init_linear, mlp
 from embodied_ppo.modules.normalizer import ObsNormalizer
 from embodied_ppo.modules.recurrent import RecurrentCore
@@ -35,7 +35,8 @@ class ActorCritic(nn.Module):
             (dimensions, or number of actions), action_low / action_high (lists, Gaussian only),
             hidden_sizes, activation, share_backbone, log_std_init, state_dependent_std, init,
             normalize_obs, clip_obs; for Dict observations also obs_keys ({key: {"shape": [..],
-            "kind": "image" | "vector"}}), actor_keys, critic_keys, cnn_channels, cnn_features.
+            "kind": "image" | "vector"}}), actor_keys, critic_keys, cnn_channels, cnn_features,
+            cnn_kernels, cnn_strides, cnn_head (see encoders.CNNSpec).
     """
 
     def __init__(self, spec: dict[str, Any]) -> None:
@@ -63,10 +64,10 @@ class ActorCritic(nn.Module):
                     if v["kind"] == "vector" and k in set(self.actor_keys) | set(self.critic_keys)
                 }
             )
-            cnn = (list(spec["cnn_channels"]), int(spec["cnn_features"]))
-            self.actor_encoder = DictEncoder(self.actor_keys, keys, *cnn)
+            cnn = CNNSpec.from_spec(spec)
+            self.actor_encoder = DictEncoder(self.actor_keys, keys, cnn)
             self.critic_encoder = (
-                None if self.share_backbone else DictEncoder(self.critic_keys, keys, *cnn)
+                None if self.share_backbone else DictEncoder(self.critic_keys, keys, cnn)
             )
             actor_in = self.actor_encoder.out_dim
             critic_in = actor_in if self.critic_encoder is None else self.critic_encoder.out_dim
