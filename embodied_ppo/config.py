@@ -38,7 +38,9 @@ class EnvConfig:
     id: str | None = None
     num_envs: int = 8
     backend: Literal["sync", "async", "envpool"] = "sync"
-    # sync backend: threads stepping the envs (MuJoCo simulates without holding the GIL).
+    # sync backend: processes stepping the envs (this one included), and threads stepping each
+    # process's envs (MuJoCo simulates without holding the GIL).
+    processes: int = 1
     threads: int = 1
     kwargs: dict = field(default_factory=dict)
     # Modules imported before an env is made (in every process), e.g. to register ids.

@@ -28,6 +28,7 @@ _IGNORED_KEYS = {
     "trainer.device",
     "trainer.torch_threads",
     "env.threads",
+    "env.processes",
     "trainer.update",  # (a key of earlier versions)
     "trainer.compile",
     "trainer.inference",

@@ -40,6 +40,7 @@ RESUMABLE_KEYS = frozenset(
         "trainer.torch_threads",
         "trainer.compile",
         "env.threads",
+        "env.processes",
         "trainer.eval_interval",
         "trainer.eval_episodes",
         "trainer.video_interval",
@@ -61,6 +62,17 @@ def check_config(cfg: Config) -> Config:
     _check(e.id is not None and e.id.strip() != "", "env.id: required, e.g. env.id=Humanoid-v5")
     _check(e.num_envs >= 1, f"env.num_envs: got {e.num_envs}, expected an integer >= 1")
     _check(e.threads >= 1, f"env.threads: got {e.threads}, expected an integer >= 1")
+    _check(e.processes >= 1, f"env.processes: got {e.processes}, expected an integer >= 1")
+    _check(
+        e.processes == 1 or e.backend == "sync",
+        f"env.processes: got {e.processes} with backend {e.backend!r}; processes apply to the sync "
+        "backend (async uses one process per env, envpool one thread per core)",
+    )
+    _check(
+        e.processes <= e.num_envs,
+        f"env.processes: got {e.processes} for {e.num_envs} envs (env.num_envs), expected at "
+        "most one process per env",
+    )
     _check(
         e.threads == 1 or e.backend == "sync",
         f"env.threads: got {e.threads} with backend {e.backend!r}; threads apply to the sync backend "

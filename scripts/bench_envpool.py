@@ -1,4 +1,5 @@
-"""Raw environment throughput of the env backends: envpool vs sync (1 and 2 threads) vs async.
+"""Raw environment throughput of the env backends: envpool vs sync (1 and 2 threads, or split
+over 2 processes) vs async.
 
 Random actions (drawn before timing), no policy: env steps per second of `envs.step` through our
 wrappers (`make_env`: what the collector sees, SAME_STEP resets and statistics included) and, for
@@ -23,7 +24,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTENDERS = ("envpool", "sync", "sync_threads", "async", "envpool_lib", "sync_lib")
+CONTENDERS = (
+    "envpool",
+    "sync",
+    "sync_threads",
+    "sync_processes",
+    "async",
+    "envpool_lib",
+    "sync_lib",
+)
 
 
 def measure(contender: str, env_id: str, num_envs: int, steps: int) -> tuple[float, float]:
@@ -38,11 +47,11 @@ def measure(contender: str, env_id: str, num_envs: int, steps: int) -> tuple[flo
     from embodied_ppo.config import from_dict
     from embodied_ppo.vecenv import make_env
 
-    backend = contender.removesuffix("_lib").removesuffix("_threads")
+    backend = contender.split("_")[0]
     threads = 2 if contender == "sync_threads" else 1
-    cfg = from_dict(
-        {"env": {"id": env_id, "num_envs": num_envs, "backend": backend, "threads": threads}}
-    ).env
+    processes = 2 if contender == "sync_processes" else 1
+    env = {"id": env_id, "num_envs": num_envs, "backend": backend, "threads": threads}
+    cfg = from_dict({"env": {**env, "processes": processes}}).env
     envs = make_env(cfg, seed=0)
     envs.reset()
     actions = [envs.sample_actions() for _ in range(steps)]
@@ -65,7 +74,7 @@ def measure(contender: str, env_id: str, num_envs: int, steps: int) -> tuple[flo
 
 
 def _cpu_seconds(envs: object) -> float:
-    """CPU seconds used so far by this process (all threads) and its async env workers."""
+    """CPU seconds used so far by this process (all threads) and its env worker processes."""
     total = time.process_time()
     for process in getattr(getattr(envs, "env", None), "processes", []):
         with open(f"/proc/{process.pid}/stat") as stat:

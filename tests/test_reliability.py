@@ -167,10 +167,14 @@ if "EmbodiedPPOTestFaulty-v0" not in gym.registry:
 
 def _faulty_config(kind: str, backend: str = "sync"):
     # Env 1 fails at its 40th step: iteration 2 (0-based) of 16 steps, after ckpt_32 and ckpt_64.
+    # "processes": the sync backend with env 1 stepped in a worker process.
     seed = env_seeds(0, 2)[1]
+    env = {"backend": backend, "kwargs": {"kind": kind, "seed": seed, "at": 40}}
+    if backend == "processes":
+        env.update(backend="sync", processes=2)
     return tiny_config(
         "EmbodiedPPOTestFaulty-v0",
-        env={"backend": backend, "kwargs": {"kind": kind, "seed": seed, "at": 40}},
+        env=env,
         trainer={"total_steps": 256, "checkpoint_interval": 1},
     )
 
@@ -180,6 +184,8 @@ def _faulty_config(kind: str, backend: str = "sync"):
     [
         ("raise", "sync", "environment 1 raised RuntimeError in step: simulator diverged"),
         ("raise", "async", "environment 1 raised RuntimeError in step: simulator diverged"),
+        ("raise", "processes", "environment 1 raised RuntimeError in step: simulator diverged"),
+        ("nan_reward", "processes", "environment 1 returned a non-finite reward nan"),
         ("nan_reward", "sync", "environment 1 returned a non-finite reward nan"),
         ("nan_obs", "sync", "environment 1 returned a non-finite observation"),
     ],
@@ -221,6 +227,33 @@ def test_dead_async_worker_stops_the_run_and_names_it(tmp_path):
         trainer.train()
     assert all(not p.is_alive() for p in envs.env.processes)  # the others were shut down
     assert load_checkpoint(tmp_path)["global_step"] == 64
+
+
+def test_dead_env_worker_process_stops_the_run_and_names_its_envs(tmp_path):
+    cfg = tiny_config(
+        "CartPole-v1",
+        env={"num_envs": 4, "processes": 2},
+        trainer={"total_steps": 512, "checkpoint_interval": 1},
+    )
+    trainer = Trainer(cfg, tmp_path, progress_stream=io.StringIO())
+    envs, real_step = trainer.envs, trainer.envs.step
+    (worker,) = envs.env.processes  # envs 2 and 3; this process steps 0 and 1
+
+    def step(action):
+        if envs.steps == 39:  # kill the worker before the 40th step
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.join(timeout=30)
+        return real_step(action)
+
+    envs.step = step
+    with pytest.raises(
+        TrainingError,
+        match=rf"iteration 2: environments 2-3: their worker process {worker.pid} "
+        r"died \(killed by SIGKILL\) at step 40 .*ckpt_128\.pt",
+    ):
+        trainer.train()
+    assert envs.env.closed
+    assert load_checkpoint(tmp_path)["global_step"] == 128
 
 
 def test_checkpoint_write_failure_stops_the_run(tmp_path, monkeypatch):

@@ -149,6 +149,27 @@ def test_async_envs_are_captured_through_their_workers(tmp_path):
     _assert_same_params(_params(straight), _params(resumed))
 
 
+def test_envs_split_over_processes_are_captured_through_their_workers(tmp_path):
+    cfg = tiny_config(
+        "Hopper-v5",
+        env={"num_envs": 3, "processes": 2},
+        trainer={"total_steps": 192, "checkpoint_interval": 1},
+    )
+    straight, resumed = _straight_then_resumed(tmp_path, cfg, half=2)
+    assert resumed.resume_note is None  # every member, in both processes, mid-episode
+    resumed.train()
+    _assert_same_params(_params(straight), _params(resumed))
+    assert np.array_equal(straight.collector.obs, resumed.collector.obs)
+    # The split changes where the envs are stepped, not what they do: one process, same run.
+    single = Trainer(
+        tiny_config("Hopper-v5", env={"num_envs": 3}, trainer={"total_steps": 192}),
+        tmp_path / "single",
+        progress_stream=io.StringIO(),
+    )
+    single.train()
+    _assert_same_params(_params(straight), _params(single))
+
+
 def test_env_with_state_dict_hook_resumes_exactly(tmp_path):
     cfg = tiny_config(
         "EmbodiedPPOTestHook-v0", trainer={"total_steps": 128, "checkpoint_interval": 1}

@@ -131,12 +131,12 @@ def test_cli_sigint_stops_gracefully_and_resume_matches_an_uninterrupted_run(tmp
         assert torch.equal(final["model"][k], v), k
 
 
-def test_cli_sigterm_to_the_job_with_async_envs_stops_gracefully_with_143(tmp_path):
-    # The async env workers get the signal too; they must keep stepping until the run has saved.
+@pytest.mark.parametrize("envs", [["env.backend=async"], ["env.processes=2"]])
+def test_cli_sigterm_to_the_job_with_env_workers_stops_gracefully_with_143(tmp_path, envs):
+    # The env worker processes get the signal too; they must keep stepping until the run has
+    # saved.
     run = tmp_path / "run"
-    code, err = _stop_with(
-        signal.SIGTERM, run, "env.backend=async", "trainer.checkpoint_interval=3", group=True
-    )
+    code, err = _stop_with(signal.SIGTERM, run, *envs, "trainer.checkpoint_interval=3", group=True)
     assert code == 143, err
     assert "environment" not in err  # no worker died
     assert err.count("SIGTERM received") == 1  # the workers ignore it; the main process decides

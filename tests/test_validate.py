@@ -72,6 +72,15 @@ from embodied_ppo.validate import (
             {"env": {"threads": 2, "backend": "async"}},
             "env.threads: got 2 with backend 'async'",
         ),
+        ({"env": {"processes": 0}}, "env.processes: got 0, expected an integer >= 1"),
+        (
+            {"env": {"processes": 2, "backend": "async"}},
+            "env.processes: got 2 with backend 'async'",
+        ),
+        (
+            {"env": {"processes": 3, "num_envs": 2}},
+            "env.processes: got 3 for 2 envs (env.num_envs), expected at most one process per env",
+        ),
         (
             {"trainer": {"inference": "host"}, "model": {"activation": "gelu"}},
             "trainer.inference: got 'host', which does not support model.activation 'gelu'",

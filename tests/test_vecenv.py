@@ -13,8 +13,10 @@ from embodied_ppo.errors import ConfigError, TrainingError
 from embodied_ppo.validate import check_env, check_env_id
 from embodied_ppo.vecenv import env_seeds, group_seeds, make_env, noise_seed
 from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv as VecEnv
-from embodied_ppo.vecenv.gymnasium_backend import SerialVectorEnv, make_one
+from embodied_ppo.vecenv.gymnasium_backend import make_one
+from embodied_ppo.vecenv.serial import SerialVectorEnv, group_bounds
 from embodied_ppo.vecenv.state import TrackedEnv
+from embodied_ppo.vecenv.workers import ProcessVectorEnv
 
 
 def test_unknown_env_id_suggests_close_matches():
@@ -70,10 +72,11 @@ def test_env_seeds_depend_on_run_seed_and_index():
     assert env_seeds(0, 4, generation=1) != a
 
 
-@pytest.mark.parametrize("backend", ["sync", "async"])
-def test_vec_env_same_step_autoreset_and_episode_stats(backend):
+@pytest.mark.parametrize("backend, processes", [("sync", 1), ("sync", 2), ("async", 1)])
+def test_vec_env_same_step_autoreset_and_episode_stats(backend, processes):
     cfg = tiny_config(
-        "CartPole-v1", env={"num_envs": 3, "backend": backend, "max_episode_steps": 5}
+        "CartPole-v1",
+        env={"num_envs": 3, "backend": backend, "processes": processes, "max_episode_steps": 5},
     )
     with VecEnv(cfg.env, seed=0) as envs:
         obs = envs.reset()
@@ -151,3 +154,50 @@ def test_threaded_env_failure_names_the_env():
         for _ in range(3):
             venv.step(np.zeros(4, dtype=np.int64))
     venv.close()
+
+
+def test_group_bounds_split_members_into_contiguous_near_equal_groups():
+    assert group_bounds(5, 2) == [range(0, 2), range(2, 5)]
+    assert group_bounds(64, 2) == [range(0, 32), range(32, 64)]
+    assert group_bounds(3, 5) == [range(0, 1), range(1, 2), range(2, 3)]  # one member each
+    assert group_bounds(4, 1) == [range(0, 4)]
+
+
+@pytest.mark.parametrize("processes, threads", [(2, 1), (3, 1), (2, 2)])
+def test_envs_split_over_processes_give_the_same_trajectories(processes, threads):
+    fns = [lambda: gym.make("Hopper-v5", max_episode_steps=60) for _ in range(5)]
+    serial = _trajectory(SerialVectorEnv(fns), 120)
+    venv = ProcessVectorEnv(fns, processes, threads)
+    assert len(venv.processes) == processes - 1  # this process steps the first group
+    assert all(p.is_alive() for p in venv.processes)
+    split = _trajectory(venv, 120)
+    assert len(serial) == len(split) > 4 * 120  # some episodes ended (final_obs reported)
+    for a, b in zip(serial, split, strict=True):
+        assert np.array_equal(a, b)
+    assert venv.closed and all(p.exitcode == 0 for p in venv.processes)
+
+
+def test_envs_split_over_processes_carry_dict_observations_and_success():
+    from toy_envs import register_dict
+
+    env = {"num_envs": 4, "max_episode_steps": 7}
+    serial = VecEnv(tiny_config(register_dict(), env=env).env, seed=1)
+    split = VecEnv(tiny_config(register_dict(), env={**env, "processes": 2}).env, seed=1)
+    assert isinstance(split.env, ProcessVectorEnv) and isinstance(serial.env, SerialVectorEnv)
+    with serial, split:
+        a, b = serial.reset(), split.reset()
+        rng = np.random.default_rng(0)
+        ended: list[int] = []
+        for _ in range(20):
+            for k in a:
+                assert np.array_equal(a[k], b[k]), k
+            actions = rng.uniform(-1, 1, (4, 2)).astype(np.float32)
+            ra, rb = serial.step(actions), split.step(actions)
+            a, b = ra.obs, rb.obs
+            assert np.array_equal(ra.reward, rb.reward)
+            assert ra.episode_envs == rb.episode_envs
+            assert ra.episode_successes == rb.episode_successes
+            for k in a:
+                assert np.array_equal(ra.final_obs[k], rb.final_obs[k]), k
+            ended += ra.episode_envs
+        assert set(ended) == {0, 1, 2, 3}  # episodes ended in both groups

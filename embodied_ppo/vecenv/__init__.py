@@ -2,7 +2,9 @@
 mid-episode state.
 
     base                the VecEnv protocol, SpaceInfo and StepResult
-    gymnasium_backend   `sync` (serial, optionally threaded) and `async` Gymnasium vector envs
+    gymnasium_backend   the `sync` and `async` backends behind the VecEnv protocol
+    serial              the serial vector env (optionally threaded) each process steps
+    workers             the envs split over processes (`env.processes`), shared-memory batches
     envpool_backend     envpool's C++ thread pool with the same semantics
     state               capture / restore of envs mid-episode (exact resume)
     seeding             per-env, per-group and noise seeds from the run seed

@@ -1,4 +1,5 @@
-"""The Gymnasium backends: `sync` (a lean serial vector env, optionally threaded) and `async`.
+"""The Gymnasium backends: `sync` (a lean serial vector env, optionally threaded or split over
+processes) and `async`.
 
 `GymnasiumVecEnv` wraps either in SAME_STEP autoreset mode and hands the collector plain numpy
 arrays: observations, rewards, terminated/truncated flags, the final observation of every episode
@@ -7,7 +8,6 @@ that ended this step, and finished-episode statistics (raw returns).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import functools
 import importlib
@@ -16,15 +16,13 @@ import math
 import os
 import signal
 import warnings
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space, create_empty_array
 
 from embodied_ppo.config import EnvConfig
 from embodied_ppo.errors import TrainingError
@@ -39,7 +37,9 @@ from embodied_ppo.vecenv.base import (
     step_result,
 )
 from embodied_ppo.vecenv.seeding import env_seeds
+from embodied_ppo.vecenv.serial import SerialVectorEnv
 from embodied_ppo.vecenv.state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
+from embodied_ppo.vecenv.workers import ProcessVectorEnv, WorkerDied
 
 
 def episode_limit(cfg: EnvConfig) -> int | None:
@@ -154,115 +154,6 @@ def _make_member(cfg: EnvConfig, index: int, main_pid: int) -> gym.Env:
     return TrackedEnv(make_one(cfg), index)
 
 
-class SerialVectorEnv:
-    """The members of a vector env stepped in this process (backend `sync`).
-
-    The subset of Gymnasium's vector-env interface VecEnv uses, with SAME_STEP autoreset: an
-    ended member is reset within the step, its last observation reported as `final_obs`. It
-    writes into preallocated arrays and skips Gymnasium's merging of the members' info dicts,
-    which costs more than a MuJoCo step for small tasks; the per-member calls (step, reset
-    without a seed after an episode end, reset with the given seeds) are those of
-    `gym.vector.SyncVectorEnv`, so trajectories are identical.
-
-    With `threads` > 1 the members are split into that many contiguous groups stepped by a
-    thread pool (the calling thread takes the first group). MuJoCo releases the GIL while it
-    simulates, so physics-heavy tasks step on several cores; members never share state, so the
-    trajectories are the same as with one thread.
-    """
-
-    def __init__(self, env_fns: list[Callable[[], gym.Env]], threads: int = 1) -> None:
-        self.envs = [fn() for fn in env_fns]
-        self.num_envs = len(self.envs)
-        first = self.envs[0]
-        self.single_observation_space = first.observation_space
-        self.single_action_space = first.action_space
-        self.observation_space = batch_space(first.observation_space, self.num_envs)
-        self.action_space = batch_space(first.action_space, self.num_envs)
-        self.metadata = first.metadata
-        self._obs = create_empty_array(first.observation_space, self.num_envs, fn=np.zeros)
-        self._obs = dict(self._obs) if isinstance(self._obs, dict) else self._obs
-        self._reward = np.zeros(self.num_envs, dtype=np.float64)
-        self._term = np.zeros(self.num_envs, dtype=bool)
-        self._trunc = np.zeros(self.num_envs, dtype=bool)
-        self.closed = False
-        threads = max(1, min(threads, self.num_envs))
-        bounds = np.linspace(0, self.num_envs, threads + 1).round().astype(int)
-        self._groups = [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        self._pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
-
-    def reset(self, seed: list[int] | None = None) -> tuple[Obs, dict]:
-        seeds = seed if seed is not None else [None] * self.num_envs
-        for i, env in enumerate(self.envs):
-            obs_set(self._obs, i, env.reset(seed=seeds[i])[0])
-        return obs_map(np.copy, self._obs), {}
-
-    def _step_group(self, members: range, actions: np.ndarray) -> list[tuple[int, Any, Any]]:
-        """Step members; returns (index, final observation, final is_success or None) of those
-        whose episode ended."""
-        obs, reward, term, trunc = self._obs, self._reward, self._term, self._trunc
-        dict_obs = isinstance(obs, dict)
-        ended = []
-        envs = self.envs
-        for i in members:
-            env = envs[i]
-            o, reward[i], te, tr, info = env.step(actions[i])
-            term[i], trunc[i] = te, tr
-            if te or tr:
-                ended.append((i, o, info.get("is_success")))
-                o, _ = env.reset()
-            if dict_obs:
-                obs_set(obs, i, o)
-            else:
-                obs[i] = o
-        return ended
-
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
-        if self._pool is None:
-            ended = self._step_group(self._groups[0], actions)
-        else:
-            futures = [self._pool.submit(self._step_group, g, actions) for g in self._groups[1:]]
-            ended = self._step_group(self._groups[0], actions)
-            for future in futures:  # every group finishes before an error propagates
-                concurrent.futures.wait([future])
-            for future in futures:
-                ended += future.result()
-        info: dict[str, Any] = {}
-        if ended:
-            # As gymnasium's vector envs report it (only what the collector reads).
-            info = {"final_obs": [None] * self.num_envs}
-            info["_final_obs"] = np.zeros(self.num_envs, dtype=bool)
-            success = np.zeros(self.num_envs)
-            reported = np.zeros(self.num_envs, dtype=bool)
-            for i, o, is_success in ended:
-                info["final_obs"][i], info["_final_obs"][i] = o, True
-                if is_success is not None:
-                    success[i], reported[i] = float(is_success), True
-            if reported.any():
-                info["final_info"] = {"is_success": success, "_is_success": reported}
-        return self._obs, self._reward, self._term, self._trunc, info
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        results = []
-        for env in self.envs:
-            attr = env.get_wrapper_attr(name)
-            results.append(attr(*args, **kwargs) if callable(attr) else attr)
-        return tuple(results)
-
-    def set_attr(self, name: str, values: list[Any] | Any) -> None:
-        if not isinstance(values, list | tuple):
-            values = [values] * self.num_envs
-        for env, value in zip(self.envs, values, strict=True):
-            env.set_wrapper_attr(name, value)
-
-    def close(self, terminate: bool = False) -> None:
-        if not self.closed:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-            for env in self.envs:
-                env.close()
-            self.closed = True
-
-
 class GymnasiumVecEnv:
     """A gymnasium vector env with SAME_STEP autoreset, action clipping and episode statistics
     (the `VecEnv` protocol of `vecenv.base`)."""
@@ -275,6 +166,8 @@ class GymnasiumVecEnv:
         mode = {"autoreset_mode": AutoresetMode.SAME_STEP}
         if cfg.backend == "async":
             self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(fns, **mode)
+        elif cfg.processes > 1:
+            self.env = ProcessVectorEnv(fns, cfg.processes, cfg.threads)  # type: ignore[assignment]
         else:
             self.env = SerialVectorEnv(fns, cfg.threads)  # type: ignore[assignment]
         self.info = describe_spaces(self.env.single_observation_space, self.env.single_action_space)
@@ -359,7 +252,7 @@ class GymnasiumVecEnv:
 
     def _failure(self, exc: Exception, where: str) -> TrainingError:
         """A TrainingError naming the env that failed (or the async worker that died)."""
-        if isinstance(exc, EnvFailure):
+        if isinstance(exc, EnvFailure | WorkerDied):
             return TrainingError(f"{exc} {where}")
         for i, process in enumerate(getattr(self.env, "processes", [])):
             if not process.is_alive():

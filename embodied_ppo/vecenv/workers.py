@@ -1,0 +1,308 @@
+"""The members of a vector env split over several processes (`env.processes` > 1).
+
+The members are split into contiguous groups, one per process. This process steps the first
+group itself; each other group lives in a worker process. Every group is a `SerialVectorEnv`
+(so the per-member calls, and the trajectories, are those of the serial backend) writing its
+observations, rewards and flags straight into arrays in shared memory; a step costs one small
+message each way per worker (the actions in, the episodes that ended out). Unlike Gymnasium's
+`AsyncVectorEnv` (one process per env), a worker steps many envs per message, so tasks whose
+step is mostly Python (HalfCheetah) run on several cores too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import pickle
+import signal
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space
+
+from embodied_ppo.vecenv.base import Obs
+from embodied_ppo.vecenv.serial import SerialVectorEnv, ended_info, group_bounds
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended while the vector env still needed it; the message names the
+    envs it stepped, its pid and how it ended."""
+
+
+class SharedArrays:
+    """The batch arrays every group writes its rows of: observations, reward, flags.
+
+    Allocated in shared memory before the workers start; `views(rows)` gives a group the
+    numpy views of its rows.
+    """
+
+    def __init__(self, ctx: Any, obs_space: gym.Space, num_envs: int) -> None:
+        shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        if isinstance(obs_space, gym.spaces.Dict):
+            for k, space in obs_space.spaces.items():
+                shapes[f"obs/{k}"] = ((num_envs, *space.shape), np.dtype(space.dtype))
+        else:
+            shapes["obs"] = ((num_envs, *obs_space.shape), np.dtype(obs_space.dtype))
+        shapes["reward"] = ((num_envs,), np.dtype(np.float64))
+        shapes["term"] = ((num_envs,), np.dtype(bool))
+        shapes["trunc"] = ((num_envs,), np.dtype(bool))
+        self.shapes = shapes
+        self.raw = {
+            name: ctx.RawArray(ctypes.c_uint8, max(1, int(np.prod(shape)) * dtype.itemsize))
+            for name, (shape, dtype) in shapes.items()
+        }
+        self.dict_obs = isinstance(obs_space, gym.spaces.Dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Numpy views of the whole batch (call in the process that uses them)."""
+        out = {}
+        for name, (shape, dtype) in self.shapes.items():
+            n = int(np.prod(shape))
+            out[name] = np.frombuffer(self.raw[name], dtype=dtype, count=n).reshape(shape)
+        return out
+
+    def views(self, rows: range) -> tuple[Obs, np.ndarray, np.ndarray, np.ndarray]:
+        """(obs, reward, term, trunc) of the rows `rows`, as views into the shared arrays."""
+        a = self.arrays()
+        part = slice(rows.start, rows.stop)
+        if self.dict_obs:
+            obs: Obs = {
+                name.split("/", 1)[1]: v[part] for name, v in a.items() if name.startswith("obs/")
+            }
+        else:
+            obs = a["obs"][part]
+        return obs, a["reward"][part], a["term"][part], a["trunc"][part]
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """`exc`, or a RuntimeError with its text when it cannot cross a pipe."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _worker(
+    conn: Connection,
+    env_fns: list[Callable[[], gym.Env]],
+    rows: range,
+    threads: int,
+    shared: SharedArrays,
+) -> None:
+    """A worker process: build its group of members, then serve commands until 'close' or
+    until the main process goes away (its pipe closes)."""
+    # Stopping is the main process's decision: it finishes the iteration (stepping this
+    # worker), saves, and closes it. Ctrl-C and SIGTERM reach the whole process group.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        venv = SerialVectorEnv(env_fns, threads, out=shared.views(rows))
+    except BaseException as exc:
+        conn.send(("error", _picklable(exc)))
+        return
+    conn.send(("ok", None))
+    offset = rows.start
+    while True:
+        try:
+            command, data = conn.recv()
+        except (EOFError, OSError):  # the main process is gone
+            break
+        try:
+            if command == "step":
+                # Indices of the ended episodes are the run's, not the group's.
+                ended = venv.step_members(data)
+                result: Any = [(offset + i, o, s) for i, o, s in ended]
+            elif command == "reset":
+                venv.reset(seed=data)
+                result = None
+            elif command == "call":
+                result = venv.call(data[0], *data[1], **data[2])
+            elif command == "set_attr":
+                venv.set_attr(*data)
+                result = None
+            elif command == "close":
+                venv.close()
+                conn.send(("ok", None))
+                break
+            else:
+                raise ValueError(f"unknown command {command!r}")
+        except BaseException as exc:
+            conn.send(("error", _picklable(exc)))
+            continue
+        conn.send(("ok", result))
+    with contextlib.suppress(Exception):
+        venv.close()
+    conn.close()
+
+
+class ProcessVectorEnv:
+    """The members of a vector env stepped by `processes` processes, this one included
+    (backend `sync` with `env.processes` > 1).
+
+    The same subset of Gymnasium's vector-env interface as `SerialVectorEnv`, with the same
+    per-member calls in the same order within each member, so trajectories are identical to
+    the serial backend's. `threads` threads step each process's group (see SerialVectorEnv).
+    """
+
+    def __init__(
+        self,
+        env_fns: list[Callable[[], gym.Env]],
+        processes: int,
+        threads: int = 1,
+        context: str | None = None,
+    ) -> None:
+        self.num_envs = len(env_fns)
+        self.groups = group_bounds(self.num_envs, processes)
+        # The spaces, from a member built here: it is the first member of this process's group.
+        ctx = mp.get_context(context)
+        self.closed = False
+        self.processes: list[Any] = []
+        self._conns: list[Connection] = []
+        first = env_fns[0]()
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.metadata = first.metadata
+        self.observation_space = batch_space(first.observation_space, self.num_envs)
+        self.action_space = batch_space(first.action_space, self.num_envs)
+        self._shared = SharedArrays(ctx, first.observation_space, self.num_envs)
+        try:
+            for rows in self.groups[1:]:
+                parent, child = ctx.Pipe()
+                process = ctx.Process(
+                    target=_worker,
+                    args=(child, [env_fns[i] for i in rows], rows, threads, self._shared),
+                    name=f"embodied-ppo-envs-{rows.start}-{rows.stop - 1}",
+                    daemon=True,
+                )
+                process.start()
+                child.close()
+                self.processes.append(process)
+                self._conns.append(parent)
+            own = self.groups[0]
+            members = [first] + [env_fns[i]() for i in own[1:]]
+            self.local = SerialVectorEnv(
+                [lambda env=env: env for env in members], threads, out=self._shared.views(own)
+            )
+            self._gather(["ready"] * len(self._conns))  # every worker built its members
+        except BaseException:
+            self.close(terminate=True)
+            raise
+        self._obs, self._reward, self._term, self._trunc = self._shared.views(
+            range(0, self.num_envs)
+        )
+
+    # ------------------------------------------------------------------ messages
+    def _describe(self, w: int) -> str:
+        rows, process = self.groups[w + 1], self.processes[w]
+        code = process.exitcode
+        if code is None:
+            how = "its pipe closed"
+        elif code < 0 and -code in signal.valid_signals():
+            how = f"killed by {signal.Signals(-code).name}"
+        else:
+            how = f"exit code {code}"
+        if len(rows) == 1:
+            return f"environment {rows.start}: its worker process {process.pid} died ({how})"
+        return (
+            f"environments {rows.start}-{rows.stop - 1}: their worker process {process.pid} "
+            f"died ({how})"
+        )
+
+    def _send(self, messages: list[tuple[str, Any] | None]) -> None:
+        for w, (conn, message) in enumerate(zip(self._conns, messages)):
+            if message is None:
+                continue
+            try:
+                conn.send(message)
+            except (BrokenPipeError, OSError) as exc:
+                self.processes[w].join(timeout=5)
+                raise WorkerDied(self._describe(w)) from exc
+
+    def _gather(self, sent: list[Any]) -> list[Any]:
+        """Every worker's reply to the message it was sent (None: none sent); raises the first
+        error after all replies are in, so no reply is left in a pipe."""
+        results: list[Any] = [None] * len(self._conns)
+        error: BaseException | None = None
+        for w, conn in enumerate(self._conns):
+            if sent[w] is None:
+                continue
+            try:
+                status, value = conn.recv()
+            except (EOFError, OSError):
+                self.processes[w].join(timeout=5)
+                error = error or WorkerDied(self._describe(w))
+                continue
+            if status == "error":
+                error = error or value
+            else:
+                results[w] = value
+        if error is not None:
+            raise error
+        return results
+
+    def _all(self, command: str, per_group: list[Any], local: Callable[[Any], Any]) -> list[Any]:
+        """Run `command` with each group's argument everywhere, this process's group meanwhile;
+        returns the results in group order."""
+        messages: list[tuple[str, Any] | None] = [(command, arg) for arg in per_group[1:]]
+        self._send(messages)
+        local_error: BaseException | None = None
+        mine = None
+        try:
+            mine = local(per_group[0])
+        except BaseException as exc:  # the workers' replies are still collected
+            local_error = exc
+        others = self._gather(messages)
+        if local_error is not None:
+            raise local_error
+        return [mine, *others]
+
+    # ------------------------------------------------------------------ vector-env interface
+    def reset(self, seed: list[int] | None = None) -> tuple[Obs, dict]:
+        seeds = seed if seed is not None else [None] * self.num_envs
+        self._all("reset", [seeds[r.start : r.stop] for r in self.groups], self.local.reset)
+        obs = self._obs
+        return ({k: v.copy() for k, v in obs.items()} if isinstance(obs, dict) else obs.copy()), {}
+
+    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+        actions = np.asarray(actions)
+        parts = [actions[r.start : r.stop] for r in self.groups]
+        ended = []
+        for group in self._all("step", parts, self.local.step_members):
+            ended += group
+        info = ended_info(ended, self.num_envs)
+        return self._obs, self._reward, self._term, self._trunc, info
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        per_group = [(name, args, kwargs)] * len(self.groups)
+        results: list[Any] = []
+        for group in self._all("call", per_group, lambda a: self.local.call(a[0], *a[1], **a[2])):
+            results += list(group)
+        return tuple(results)
+
+    def set_attr(self, name: str, values: list[Any] | Any) -> None:
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        per_group = [(name, list(values[r.start : r.stop])) for r in self.groups]
+        self._all("set_attr", per_group, lambda a: self.local.set_attr(*a))
+
+    def close(self, terminate: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if not terminate:
+            with contextlib.suppress(Exception):
+                self._all("close", [None] * len(self.groups), lambda _: None)
+        for process in self.processes:
+            process.join(timeout=0 if terminate else 10)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=10)
+        for conn in self._conns:
+            conn.close()
+        if hasattr(self, "local"):
+            self.local.close()
