@@ -140,12 +140,21 @@ def env_id_of(config: Path) -> str:
 
 
 def config_digest(config: Path) -> str:
-    """What a config trains, as a short hash of its settings (its comments do not count)."""
+    """What a config trains, as a short hash of its settings. Its comments do not count, nor
+    do the keys that change how a run runs but not what it learns (those a resume may change:
+    env.threads, env.processes, trainer.torch_threads, ...)."""
     import hashlib
 
     import yaml
 
-    settings = json.dumps(yaml.safe_load(config.read_text()), sort_keys=True)
+    from embodied_ppo.validate import RESUMABLE_KEYS
+
+    data = yaml.safe_load(config.read_text())
+    for key in RESUMABLE_KEYS:
+        block, _, name = key.partition(".")
+        if isinstance(data.get(block), dict):
+            data[block].pop(name, None)
+    settings = json.dumps(data, sort_keys=True)
     return hashlib.sha256(settings.encode()).hexdigest()[:16]
 
 

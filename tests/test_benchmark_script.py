@@ -204,6 +204,13 @@ def test_a_config_changed_since_its_recorded_runs_is_refused(tmp_path):
     # A comment is not a setting: the recorded runs still stand.
     config.write_text("# edited\n" + config.read_text())
     assert run_script(*args).returncode == 0
+    # Nor are the keys that change how it runs but not what it learns.
+    data = yaml.safe_load(config.read_text())
+    data["env"]["processes"] = 2
+    data.setdefault("trainer", {})["torch_threads"] = 1
+    config.write_text(yaml.safe_dump(data))
+    assert module.config_digest(config) == record["config_digest"]
+    assert run_script(*args).returncode == 0
     config.write_text(config.read_text().replace("hidden_sizes:\n  - 16", "hidden_sizes:\n  - 32"))
     before = results_file.read_text(), sorted((tmp_path / "bench").rglob("*"))
     proc = run_script(*args)
