@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 
 from embodied_ppo import __version__, distributed
 from embodied_ppo.build import (
@@ -134,6 +135,10 @@ class Trainer:
             self.device, self.policy, a.micro_batch_size or a.minibatch_size
         )
         self.collect_threads = 1 if self.device.type == "cpu" else self.update_threads
+        # numpy's BLAS (the numpy snapshot's products) also runs one thread while collecting:
+        # its idle worker threads spin for a while after each product and would take the core
+        # an env worker process (env.processes) or the update's second thread is using.
+        self.blas = ThreadpoolController()
         self.optimizer = make_optimizer(self.policy, cfg.optim)
         self.shuffle = torch.Generator().manual_seed(t.seed)
         self.updater = PPOUpdate(
@@ -194,7 +199,8 @@ class Trainer:
 
                 t0 = time.perf_counter()
                 torch.set_num_threads(self.collect_threads)
-                stats = self._collect()
+                with self.blas.limit(limits=1, user_api="blas"):
+                    stats = self._collect()
                 torch.set_num_threads(self.update_threads)
                 t1 = time.perf_counter()
                 buf = self.buffer

@@ -249,3 +249,24 @@ def test_cuda_training_matches_cpu(tmp_path, inference):
     for k, v in cpu.policy.state_dict().items():
         assert torch.allclose(v, gpu.policy.state_dict()[k].cpu(), atol=1e-4), k
     assert gpu.buffer.obs.device.type == "cuda"
+
+
+def test_collection_runs_numpy_blas_and_torch_on_one_thread(tmp_path):
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    trainer = Trainer(tiny_config("Pendulum-v1"), tmp_path)
+    real, seen = trainer.collector.collect, []
+
+    def collect(*args, **kwargs):
+        seen.append((blas_threads(), torch.get_num_threads()))
+        return real(*args, **kwargs)
+
+    trainer.collector.collect = collect
+    before = blas_threads()
+    assert before  # numpy's BLAS is loaded and seen
+    trainer.train()
+    assert seen and all(blas == [1] * len(before) and n == 1 for blas, n in seen)
+    assert blas_threads() == before  # given back after each collection
