@@ -201,3 +201,31 @@ def test_envs_split_over_processes_carry_dict_observations_and_success():
                 assert np.array_equal(ra.final_obs[k], rb.final_obs[k]), k
             ended += ra.episode_envs
         assert set(ended) == {0, 1, 2, 3}  # episodes ended in both groups
+
+
+def test_a_process_that_never_closes_its_env_workers_still_exits_and_ends_them():
+    # Workers ignore SIGTERM (Ctrl-C and SIGTERM are the main process's to handle), which is
+    # how multiprocessing would end them at exit: the vector env must end them itself.
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import gymnasium as gym\n"
+        "from embodied_ppo.vecenv.workers import ProcessVectorEnv\n"
+        "v = ProcessVectorEnv([lambda: gym.make('CartPole-v1') for _ in range(4)], 3)\n"
+        "v.reset(seed=[1, 2, 3, 4])\n"
+        "print(*(p.pid for p in v.processes))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2
+    for pid in pids:  # gone, or a zombie (dead, not yet reaped by its vanished parent)
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as stat:
+                alive = stat.read().split(")")[1].split()[0] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            alive = False
+        assert not alive, pid

@@ -16,6 +16,7 @@ import ctypes
 import multiprocessing as mp
 import pickle
 import signal
+import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -163,6 +164,10 @@ class ProcessVectorEnv:
         self.closed = False
         self.processes: list[Any] = []
         self._conns: list[Connection] = []
+        # Workers ignore SIGTERM (see _worker), which is how multiprocessing ends daemon
+        # processes at exit: so the workers are stopped here, before that, if the vector env
+        # was never closed (and when it is).
+        self._stop = weakref.finalize(self, _stop_workers, self.processes, self._conns, 1.0)
         first = env_fns[0]()
         self.single_observation_space = first.observation_space
         self.single_action_space = first.action_space
@@ -291,18 +296,29 @@ class ProcessVectorEnv:
         self._all("set_attr", per_group, lambda a: self.local.set_attr(*a))
 
     def close(self, terminate: bool = False) -> None:
+        """Close every member; `terminate`: kill the workers instead of asking them."""
         if self.closed:
             return
         self.closed = True
         if not terminate:
             with contextlib.suppress(Exception):
                 self._all("close", [None] * len(self.groups), lambda _: None)
-        for process in self.processes:
-            process.join(timeout=0 if terminate else 10)
-            if process.is_alive():
-                process.terminate()
+            for process in self.processes:
                 process.join(timeout=10)
-        for conn in self._conns:
-            conn.close()
+        self._stop()
         if hasattr(self, "local"):
             self.local.close()
+
+
+def _stop_workers(processes: list[Any], conns: list[Connection], timeout: float) -> None:
+    """Close the pipes (a worker that reads EOF ends), wait up to `timeout` seconds, then kill
+    what is left (workers ignore SIGTERM)."""
+    for conn in conns:
+        with contextlib.suppress(Exception):
+            conn.close()
+    for process in processes:
+        process.join(timeout=timeout)
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=10)
