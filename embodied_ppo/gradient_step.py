@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Hashable, Iterator
 from typing import TextIO
 
@@ -425,6 +426,7 @@ class GradientStep:
         fn = (self._grads, self._apply, self._step)[which]
         if not self.compiled:
             return fn(*args)
+        _await_probe()  # a compilation may follow: never two probes at once
         try:
             return fn(*args)
         except Exception as exc:  # compilation failed before anything ran: run eagerly
@@ -445,6 +447,39 @@ class GradientStep:
         )
         self.compiled = self.cudagraphs = False
         self._grads, self._apply, self._step = self._impls
+
+
+_PROBE: threading.Thread | None = None
+
+
+def probe_cpu_compiler() -> None:
+    """Start finding out, in the background, which vector instructions compiled CPU kernels
+    may use.
+
+    Inductor learns it by building and loading a probe library per candidate instruction set,
+    each load in a fresh Python subprocess, once per process: ~1.3 s of waiting on 2 cores,
+    paid by the first compiled update. Started while the run builds its parts and collects
+    its first rollout, the wait overlaps that work; the first compilation waits for what is
+    left (`GradientStep`). A failure here is ignored: the compilation finds it again and
+    reports it.
+    """
+    global _PROBE
+    if _PROBE is not None:
+        return
+
+    def probe() -> None:
+        with contextlib.suppress(Exception):
+            from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+            pick_vec_isa()
+
+    _PROBE = threading.Thread(target=probe, name="embodied-ppo-isa-probe", daemon=True)
+    _PROBE.start()
+
+
+def _await_probe() -> None:
+    if _PROBE is not None and _PROBE.is_alive():
+        _PROBE.join()
 
 
 def _missing_compiler(device: torch.device) -> Exception | None:

@@ -40,6 +40,7 @@ from embodied_ppo.checkpoint import (
 from embodied_ppo.collector import Collector, RolloutStats
 from embodied_ppo.config import CRITIC_FREE, Config
 from embodied_ppo.errors import CheckpointError, TrainingError
+from embodied_ppo.gradient_step import probe_cpu_compiler
 from embodied_ppo.logging import MetricsLogger, Progress, eval_line, iteration_scalars
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.modules.normalizer import RewardScaler
@@ -96,6 +97,8 @@ class Trainer:
         # the number of processes).
         self.env_offset = self.rank * e.num_envs
         self.envs = make_env(e, t.seed, self.env_offset)
+        if t.compile and self.device.type == "cpu":
+            probe_cpu_compiler()  # after the env workers are forked: it runs a thread
         check_policy(cfg, self.envs.info)
         self.policy = ActorCritic(policy_spec(cfg, self.envs.info)).to(self.device)
         if cfg.model.init_from is not None:

@@ -362,3 +362,37 @@ def test_action_noise_survives_in_float32_at_the_log_std_floor():
     dist, _ = policy(obs)
     expected = (-0.5 * noise.square() - dist.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
     assert torch.allclose(logprob, expected, atol=1e-2)
+
+
+def test_the_cpu_compiler_probe_runs_beside_the_build_and_the_first_compiled_call_waits(
+    tmp_path, monkeypatch
+):
+    import threading
+    import time
+
+    from conftest import tiny_config
+    from torch._inductor import cpu_vec_isa
+
+    import embodied_ppo.gradient_step as gs
+    from embodied_ppo.trainer import Trainer
+
+    done: list[str] = []
+
+    def slow_probe():
+        time.sleep(2.0)
+        done.append(threading.current_thread().name)
+
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", slow_probe)
+    monkeypatch.setattr(gs, "_PROBE", None)
+    cfg = tiny_config("Pendulum-v1", trainer={"compile": True})
+    trainer = Trainer(cfg, tmp_path)
+    assert done == []  # the build did not wait for it
+    probe = gs._PROBE
+    assert probe is not None and probe.name == "embodied-ppo-isa-probe"
+    gs.probe_cpu_compiler()
+    assert gs._PROBE is probe  # once per process
+    step = trainer.updater.step
+    assert step.compiled
+    monkeypatch.setattr(step, "_step", lambda *args: "stepped")
+    assert step._guarded(2) == "stepped"
+    assert done == ["embodied-ppo-isa-probe"] and not probe.is_alive()
