@@ -27,7 +27,7 @@ Examples:
     python scripts/bench_throughput.py --env HalfCheetah-v5 --num-envs 8
     python scripts/bench_throughput.py --config configs/humanoid.yaml --iterations 2
     python scripts/bench_throughput.py --config configs/halfcheetah.yaml --whole-process 200000 \
-        --baseline-src /tmp/before
+        --baseline-src /tmp/before --baseline-config /tmp/before/configs/halfcheetah.yaml
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
             "max_grad_norm": cfg.optim.max_grad_norm,
             "backend": cfg.env.backend,
             "env_threads": cfg.env.threads,
+            "env_processes": cfg.env.processes,
             "early_stop_kl": cfg.algorithm.early_stop_kl,
         }
     return {
@@ -95,6 +96,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
         "max_grad_norm": 0.5,
         "backend": args.backend,
         "env_threads": args.env_threads,
+        "env_processes": args.env_processes,
         "early_stop_kl": None,
     }
 
@@ -109,6 +111,7 @@ def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
                 "num_envs": s["num_envs"],
                 "backend": s["backend"],
                 "threads": s["env_threads"],
+                "processes": s.get("env_processes", 1),
                 "normalize_obs": True,
                 "normalize_reward": True,
             },
@@ -153,7 +156,11 @@ def raw_rollouts(s: dict, iterations: int, collector=None):
     from embodied_ppo.vecenv import make_env
 
     env_cfg = EnvConfig(
-        id=s["env"], num_envs=s["num_envs"], backend=s["backend"], threads=s["env_threads"]
+        id=s["env"],
+        num_envs=s["num_envs"],
+        backend=s["backend"],
+        threads=s["env_threads"],
+        processes=s.get("env_processes", 1),
     )
     envs = make_env(env_cfg, seed=0) if collector is None else collector.envs
     if collector is None:
@@ -352,8 +359,10 @@ def run_whole(name: str, s: dict, args: argparse.Namespace, sb3_threads: int) ->
             cmd += ["--iterations", str(args.whole_process), "--threads", str(sb3_threads)]
             cwd = ROOT
         else:
-            config = str(Path(args.config).resolve())
-            cmd = [sys.executable, "-m", "embodied_ppo", "train", config]
+            config = args.config
+            if name == "before_whole" and args.baseline_config:
+                config = args.baseline_config
+            cmd = [sys.executable, "-m", "embodied_ppo", "train", str(Path(config).resolve())]
             cmd += [f"trainer.total_steps={args.whole_process}", f"trainer.run_dir={tmp}/run"]
             if args.threads is not None:
                 cmd.append(f"trainer.torch_threads={args.threads}")
@@ -384,6 +393,12 @@ def main() -> None:
     p.add_argument(
         "--env-threads", type=int, default=1, help="threads stepping the envs (sync backend)"
     )
+    p.add_argument(
+        "--env-processes",
+        type=int,
+        default=1,
+        help="processes stepping the envs, this one included (sync backend)",
+    )
     p.add_argument("--config", help="take every setting from this embodied-ppo config instead")
     p.add_argument(
         "--iterations", type=int, default=3, help="measured iterations per contender and round"
@@ -406,6 +421,11 @@ def main() -> None:
         help="time whole training processes of STEPS steps instead (needs --config)",
     )
     p.add_argument("--baseline-src", help="with --whole-process: also run this checkout's code")
+    p.add_argument(
+        "--baseline-config",
+        help="with --baseline-src: the config that checkout trains (default: --config), e.g. "
+        "the config as it was before a key it does not know was added",
+    )
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument(
         "--worker", choices=(*CONTENDERS, *WHOLE, "collect_pair"), help=argparse.SUPPRESS
