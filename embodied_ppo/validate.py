@@ -66,7 +66,8 @@ def check_config(cfg: Config) -> Config:
     _check(
         e.processes == 1 or e.backend == "sync",
         f"env.processes: got {e.processes} with backend {e.backend!r}; processes apply to the sync "
-        "backend (async uses one process per env, envpool one thread per core)",
+        "backend (async uses one process per env, envpool one thread per core): add "
+        "env.processes=1",
     )
     _check(
         e.processes <= e.num_envs,
@@ -76,7 +77,7 @@ def check_config(cfg: Config) -> Config:
     _check(
         e.threads == 1 or e.backend == "sync",
         f"env.threads: got {e.threads} with backend {e.backend!r}; threads apply to the sync backend "
-        "(async uses one process per env, envpool one thread per core)",
+        "(async uses one process per env, envpool one thread per core): add env.threads=1",
     )
     _check(
         e.max_episode_steps is None or e.max_episode_steps >= 1,
