@@ -104,12 +104,14 @@ def _worker(
     try:
         venv = SerialVectorEnv(env_fns, threads, out=shared.views(rows))
     except BaseException as exc:
-        conn.send(("error", _picklable(exc)))
+        with contextlib.suppress(OSError):
+            conn.send(("error", _picklable(exc)))
         return
-    conn.send(("ok", None))
     offset = rows.start
+    reply: tuple[str, Any] = ("ok", None)
     while True:
         try:
+            conn.send(reply)
             command, data = conn.recv()
         except (EOFError, OSError):  # the main process is gone
             break
@@ -128,14 +130,14 @@ def _worker(
                 result = None
             elif command == "close":
                 venv.close()
-                conn.send(("ok", None))
+                with contextlib.suppress(OSError):
+                    conn.send(("ok", None))
                 break
             else:
                 raise ValueError(f"unknown command {command!r}")
+            reply = ("ok", result)
         except BaseException as exc:
-            conn.send(("error", _picklable(exc)))
-            continue
-        conn.send(("ok", result))
+            reply = ("error", _picklable(exc))
     with contextlib.suppress(Exception):
         venv.close()
     conn.close()
