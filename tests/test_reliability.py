@@ -202,58 +202,38 @@ def test_env_failure_names_env_step_and_last_checkpoint(tmp_path, kind, backend,
     assert load_checkpoint(tmp_path)["global_step"] == 64
 
 
-def test_dead_async_worker_stops_the_run_and_names_it(tmp_path):
+@pytest.mark.parametrize(
+    "env, worker, message, last",
+    [
+        # Gymnasium's async backend: one process per env; worker 1 steps env 1.
+        ({"backend": "async"}, 1, r"environment 1: its worker process \d+", 64),
+        # The envs split over 2 processes: the one worker steps envs 2 and 3.
+        ({"num_envs": 4, "processes": 2}, 0, r"environments 2-3: their worker process \d+", 128),
+    ],
+    ids=["async", "processes"],
+)
+def test_a_dead_env_worker_stops_the_run_and_names_its_envs(tmp_path, env, worker, message, last):
     cfg = tiny_config(
-        "CartPole-v1",
-        env={"backend": "async"},
-        trainer={"total_steps": 256, "checkpoint_interval": 1},
+        "CartPole-v1", env=env, trainer={"total_steps": 512, "checkpoint_interval": 1}
     )
     trainer = Trainer(cfg, tmp_path, progress_stream=io.StringIO())
     envs, real_step = trainer.envs, trainer.envs.step
+    process = envs.env.processes[worker]
 
     def step(action):
-        if envs.steps == 39:  # kill worker 1 before the 40th step
-            worker = envs.env.processes[1]
-            os.kill(worker.pid, signal.SIGKILL)
-            worker.join(timeout=30)
+        if envs.steps == 39:  # kill the worker before the 40th step (iteration 2)
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(timeout=30)
         return real_step(action)
 
     envs.step = step
     with pytest.raises(
         TrainingError,
-        match=r"iteration 2: environment 1: its worker process \d+ "
-        r"died \(killed by SIGKILL\) at step 40 .*ckpt_64\.pt",
+        match=rf"iteration 2: {message} died \(killed by SIGKILL\) at step 40 .*ckpt_{last}\.pt",
     ):
         trainer.train()
     assert all(not p.is_alive() for p in envs.env.processes)  # the others were shut down
-    assert load_checkpoint(tmp_path)["global_step"] == 64
-
-
-def test_dead_env_worker_process_stops_the_run_and_names_its_envs(tmp_path):
-    cfg = tiny_config(
-        "CartPole-v1",
-        env={"num_envs": 4, "processes": 2},
-        trainer={"total_steps": 512, "checkpoint_interval": 1},
-    )
-    trainer = Trainer(cfg, tmp_path, progress_stream=io.StringIO())
-    envs, real_step = trainer.envs, trainer.envs.step
-    (worker,) = envs.env.processes  # envs 2 and 3; this process steps 0 and 1
-
-    def step(action):
-        if envs.steps == 39:  # kill the worker before the 40th step
-            os.kill(worker.pid, signal.SIGKILL)
-            worker.join(timeout=30)
-        return real_step(action)
-
-    envs.step = step
-    with pytest.raises(
-        TrainingError,
-        match=rf"iteration 2: environments 2-3: their worker process {worker.pid} "
-        r"died \(killed by SIGKILL\) at step 40 .*ckpt_128\.pt",
-    ):
-        trainer.train()
-    assert envs.env.closed
-    assert load_checkpoint(tmp_path)["global_step"] == 128
+    assert load_checkpoint(tmp_path)["global_step"] == last
 
 
 def test_checkpoint_write_failure_stops_the_run(tmp_path, monkeypatch):
