@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from embodied_ppo.config import (
@@ -163,3 +165,15 @@ def test_a_runs_own_saved_config_drops_removed_keys():
     saved = {"env": {"id": "CartPole-v1"}, "trainer": {"update": "auto", "seed": 4}}
     assert from_dict(upgrade(saved)).trainer.seed == 4
     assert saved["trainer"]["update"] == "auto"  # the caller's dict is left alone
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_committed_config_is_valid_for_its_env(name):
+    from embodied_ppo.config import load_config
+    from embodied_ppo.validate import check_env, check_policy
+
+    cfg = load_config(CONFIGS / name)
+    check_policy(cfg, check_env(cfg))  # keys, spaces, encoders: what `train` checks first
