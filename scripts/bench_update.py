@@ -13,6 +13,13 @@ are each contender's own default for that shape (ours: trainer.build.update_thre
 
     python scripts/bench_update.py --shape halfcheetah humanoid --rounds 5
     python scripts/bench_update.py --baseline-src /tmp/before
+
+`--profile` instead splits the compiled step's time by kernel (Inductor's kernel profiling,
+torch.profiler): the matrix products, each fused kernel, and what runs outside the compiled
+graph, per gradient step, with the products' rate against this machine's rate for the same
+products in plain torch:
+
+    python scripts/bench_update.py --shape humanoid --profile
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -34,8 +42,56 @@ SHAPES = {
 }
 
 
-def worker(contender: str, shape: str, updates: int) -> dict:
+def matmul_flops(obs_dim: int, act_dim: int, hidden: list[int], rows: int) -> float:
+    """Multiply-adds x 2 of one gradient step's matrix products (separate actor and critic
+    MLPs): forward, weight gradients, and input gradients of every layer but the first."""
+    flops = 0.0
+    for out_dim in (act_dim, 1):
+        dims = [obs_dim, *hidden, out_dim]
+        layers = list(zip(dims[:-1], dims[1:]))
+        flops += 2 * rows * sum(i * o for i, o in layers) * 2  # forward, weight gradient
+        flops += 2 * rows * sum(i * o for i, o in layers[1:])  # input gradient
+    return flops
+
+
+def plain_matmul_rate(obs_dim: int, hidden: list[int], rows: int) -> float:
+    """FLOP/s of torch.mm on the step's largest product shape (rows x obs_dim @ obs_dim x
+    hidden), this process's threads: what the products could reach here."""
     import torch
+
+    a, b = torch.randn(rows, obs_dim), torch.randn(obs_dim, hidden[0])
+    for _ in range(20):
+        a @ b
+    start, reps = time.perf_counter(), 200
+    for _ in range(reps):
+        a @ b
+    return 2 * rows * obs_dim * hidden[0] * reps / (time.perf_counter() - start)
+
+
+def profile_rows(upd, batch: dict, rows: int, updates: int) -> list[tuple[str, float, float]]:
+    """(kernel or op, ms per gradient step, calls per step) of `updates` updates, by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    steps = 0
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(updates):
+            steps += upd.update(batch, rows)["num_gradient_steps"]
+    out = []
+    for e in prof.key_averages():
+        name = e.key
+        if name.startswith("## Call CompiledFxGraph"):
+            name = "compiled graph's wrapper (self)"
+        out.append((name, e.self_cpu_time_total / 1e3 / steps, e.count / steps))
+    return sorted(out, key=lambda r: -r[1])
+
+
+def worker(contender: str, shape: str, updates: int, profile: bool = False) -> dict:
+    import torch
+
+    if profile:  # before compiling: the generated kernels then report to torch.profiler
+        import torch._inductor.config as inductor_config
+
+        inductor_config.cpp.enable_kernel_profile = True
 
     from embodied_ppo.config import AlgorithmConfig, OptimConfig
     from embodied_ppo.modules.actor_critic import ActorCritic
@@ -92,12 +148,50 @@ def worker(contender: str, shape: str, updates: int) -> dict:
     start = time.perf_counter()
     upd.update(batch, rows)  # compiles, for the compiled contender
     first = time.perf_counter() - start
+    if profile:
+        upd.update(batch, rows)  # warm
+        kernels = profile_rows(upd, batch, rows, updates)
+        return {
+            "kernels": kernels,
+            "matmul_flops": matmul_flops(obs_dim, act_dim, hidden, mb),
+            "plain_rate": plain_matmul_rate(obs_dim, hidden, mb),
+            "threads": threads,
+        }
     per_step = []
     for _ in range(updates):
         start = time.perf_counter()
         m = upd.update(batch, rows)
         per_step.append((time.perf_counter() - start) / m["num_gradient_steps"])
     return {"ms": 1e3 * statistics.median(per_step), "first_s": first, "threads": threads}
+
+
+def run_worker(contender: str, shape: str, updates: int, src: Path, profile: bool = False) -> dict:
+    """`worker` in a fresh subprocess that imports the package from `src`."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(src)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", contender, shape]
+    cmd += ["--updates", str(updates)] + (["--profile"] if profile else [])
+    # Run outside both checkouts, so PYTHONPATH alone decides which code runs.
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/")
+    if out.returncode != 0:
+        sys.exit(f"{contender} {shape} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_profile(shape: str, m: dict, rows: int = 12) -> None:
+    """The kernel table of one shape: the matrix products first, then the heaviest rest."""
+    kernels = m["kernels"]
+    total = sum(ms for _, ms, _ in kernels)
+    products = [k for k in kernels if re.search(r"(^|_)(add)?mm(_out)?$", k[0])]
+    mm_ms = sum(ms for _, ms, _ in products)
+    print(f"{shape}: {total:.3f} ms per gradient step ({m['threads']}), by self time:")
+    print(
+        f"  matrix products       {mm_ms:7.3f} ms  {mm_ms / total:5.1%}  "
+        f"{m['matmul_flops'] / (mm_ms / 1e3) / 1e9:6.1f} GFLOP/s "
+        f"(plain torch.mm here: {m['plain_rate'] / 1e9:.1f})"
+    )
+    for name, ms, calls in [k for k in kernels if k not in products][:rows]:
+        print(f"  {name[:60]:60s} {ms:7.3f} ms  {ms / total:5.1%}  x{calls:.2f}")
 
 
 def main() -> None:
@@ -110,26 +204,26 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--updates", type=int, default=5, help="timed updates per round")
     p.add_argument("--json", help="write the results here")
+    p.add_argument(
+        "--profile", action="store_true", help="split the compiled step's time by kernel"
+    )
     p.add_argument("--worker", nargs=2, metavar=("CONTENDER", "SHAPE"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker[0], args.worker[1], args.updates)))
+        result = worker(args.worker[0], args.worker[1], args.updates, args.profile)
+        print(json.dumps(result))
+        return
+    if args.profile:
+        for shape in args.shape:
+            print_profile(shape, run_worker("compiled", shape, args.updates, ROOT, True))
         return
     contenders = list(args.contenders) + (["baseline"] if args.baseline_src else [])
     results: dict = {}
     for shape in args.shape:
         for r in range(args.rounds):
             for c in contenders:
-                env = dict(os.environ)
                 src = Path(args.baseline_src).resolve() if c == "baseline" else ROOT
-                env["PYTHONPATH"] = str(src)
-                cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", c, shape]
-                cmd += ["--updates", str(args.updates)]
-                # Run outside both checkouts, so PYTHONPATH alone decides which code runs.
-                out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/")
-                if out.returncode != 0:
-                    sys.exit(f"{c} {shape} failed:\n{out.stderr}")
-                m = json.loads(out.stdout.strip().splitlines()[-1])
+                m = run_worker(c, shape, args.updates, src)
                 results.setdefault(shape, {}).setdefault(c, []).append(m)
                 print(
                     f"{shape} round {r + 1}: {c:9s} {m['ms']:8.3f} ms/step "

@@ -262,3 +262,68 @@ def test_bench_throughput_gives_stable_baselines3_the_configs_early_stop(tmp_pat
     bench, s = load_bench_settings(tmp_path)
     model, _ = bench.sb3_model(s, 1)
     assert model.target_kl == pytest.approx(0.06 / 1.5)  # its rule: stop past 1.5 x target_kl
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("hidden", [[64, 64], [32], [256, 128, 64]])
+def test_bench_update_counts_the_products_flops_as_torch_does(hidden):
+    """The GFLOP/s that `--profile` reports rest on this count: torch's own FLOP counter of a
+    forward and backward pass of the same MLPs (no input gradient) must agree."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    obs_dim, act_dim, rows = 17, 6, 64
+    nets = [
+        torch.nn.Sequential(
+            *[torch.nn.Linear(i, o) for i, o in zip([obs_dim, *hidden], [*hidden, out])]
+        )
+        for out in (act_dim, 1)
+    ]
+    x = torch.randn(rows, obs_dim)
+    with FlopCounterMode(display=False) as counter:
+        sum(net(x).sum() for net in nets).backward()
+    expected = load("bench_update").matmul_flops(obs_dim, act_dim, hidden, rows)
+    assert expected == counter.get_total_flops()
+
+
+def test_profile_collection_splits_a_vector_step_of_env_processes():
+    config = ROOT / "configs" / "cartpole.yaml"
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "profile_collection.py"),
+            str(config),
+            "env.processes=2",
+            "algorithm.rollout_steps=64",
+            "--rollouts",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    ms = {}
+    for line in out.stdout.splitlines()[1:]:
+        name, value = line.rsplit(None, 2)[0].strip(), float(line.split()[-2])
+        ms.setdefault(name, value)  # the first "(the rest)" is the vector env's
+    assert "2 processes" in out.stdout.splitlines()[0]
+    assert 0 < ms["local group"] < ms["vector env"] < ms["envs.step"]
+    assert ms["waiting"] > 0 and ms["sending"] > 0 and ms["inference"] > 0
+
+
+def test_profile_collection_refuses_bad_input_in_one_line():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "profile_collection.py"), "missing.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert out.stderr.strip().count("\n") == 0 and "missing.yaml" in out.stderr

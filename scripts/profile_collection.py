@@ -1,0 +1,129 @@
+"""Where one rollout's collection spends its time, per vector step.
+
+Builds the run a config describes (as `train` would, without compiling the update), collects
+and merges the first rollout (its observation statistics), then times `--rollouts` more
+collections with a clock around each part of a vector step:
+
+    envs.step          the vector env's step, all of it (below: its parts)
+      vector env       the backend's own step (Gymnasium's vector env, or the env processes)
+        local group    env processes: the members this process steps itself
+        waiting        env processes: waiting for the workers' replies after that
+        sending        env processes: sending the workers their actions
+      (the rest)       action clipping, checks, final observations, episode statistics
+    inference          the policy acting (the numpy snapshot or the torch module)
+    values             values of truncated episodes' final observations, and after the rollout
+    (the rest)         the collector's own bookkeeping (staging, noise, the buffer)
+
+Threads are as in training: one torch thread and one BLAS thread while collecting.
+
+    python scripts/profile_collection.py configs/humanoid.yaml
+    python scripts/profile_collection.py configs/humanoid.yaml env.processes=1 --rollouts 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def timed(owner: Any, name: str, clock: collections.Counter, key: str) -> None:
+    """Wrap `owner.name` (a class or an instance attribute) so its calls add to clock[key]."""
+    inner: Callable[..., Any] = getattr(owner, name)
+
+    @functools.wraps(inner)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            clock[key] += time.perf_counter() - start
+
+    setattr(owner, name, wrapper)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*", help="config overrides, key=value")
+    p.add_argument("--rollouts", type=int, default=4, help="timed rollouts (default 4)")
+    args = p.parse_args()
+    if args.rollouts < 1:
+        sys.exit("error: --rollouts must be at least 1")
+
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from embodied_ppo.config import load_config
+    from embodied_ppo.errors import UserError
+    from embodied_ppo.trainer import Trainer
+    from embodied_ppo.vecenv.workers import ProcessVectorEnv
+
+    try:
+        cfg = load_config(args.config, [*args.overrides, "trainer.compile=false"])
+    except UserError as exc:
+        sys.exit(f"error: {exc}")
+    clock: collections.Counter = collections.Counter()
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = Trainer(cfg, Path(run_dir))
+        collector, envs = trainer.collector, trainer.envs
+        timed(collector, "_act", clock, "inference")
+        timed(collector, "_values", clock, "values")
+        timed(envs, "step", clock, "envs.step")
+        backend = getattr(envs, "env", None)  # the Gymnasium backends' vector env
+        if backend is not None:
+            timed(backend, "step", clock, "vector env")
+            if isinstance(backend, ProcessVectorEnv):
+                timed(backend.local, "step_members", clock, "local group")
+                timed(backend, "_gather", clock, "waiting")
+                timed(backend, "_send", clock, "sending")
+        torch.set_num_threads(1)
+        try:
+            with threadpool_limits(1, "blas"):
+                collector.collect(None, 0)
+                collector.merge_obs_statistics()
+                clock.clear()
+                start = time.perf_counter()
+                for i in range(args.rollouts):
+                    collector.collect(None, 1 + i)
+                total = time.perf_counter() - start
+        finally:
+            envs.close()
+    steps = args.rollouts * cfg.algorithm.rollout_steps
+    ms = {k: 1e3 * v / steps for k, v in clock.items()}
+    print(
+        f"{args.config}: {cfg.env.num_envs} envs ({cfg.env.backend}, "
+        f"{cfg.env.processes} processes, {cfg.env.threads} threads), {args.rollouts} rollouts "
+        f"of {cfg.algorithm.rollout_steps} vector steps: {1e3 * total / steps:.3f} ms per "
+        f"vector step ({cfg.env.num_envs * steps / total:,.0f} env steps/s)"
+    )
+
+    def row(name: str, value: float, depth: int) -> None:
+        print(f"  {'  ' * depth}{name:{22 - 2 * depth}s} {value:7.3f} ms")
+
+    row("envs.step", ms.get("envs.step", 0.0), 0)
+    if "vector env" in ms:
+        row("vector env", ms["vector env"], 1)
+        for key in ("local group", "waiting", "sending"):
+            if key in ms:
+                row(key, ms[key], 2)
+        row("(the rest)", ms["envs.step"] - ms["vector env"], 1)
+    row("inference", ms.get("inference", 0.0), 0)
+    row("values", ms.get("values", 0.0), 0)
+    known = ms.get("envs.step", 0.0) + ms.get("inference", 0.0) + ms.get("values", 0.0)
+    row("(the rest)", 1e3 * total / steps - known, 0)
+
+
+if __name__ == "__main__":
+    main()
