@@ -7,8 +7,8 @@ collections with a clock around each part of a vector step:
     envs.step          the vector env's step, all of it (below: its parts)
       vector env       the backend's own step (Gymnasium's vector env, or the env processes)
         local group    env processes: the members this process steps itself
-        waiting        env processes: waiting for the workers' replies after that
-        sending        env processes: sending the workers their actions
+        waiting        env processes: waiting for the workers' steps after that
+        sending        env processes: handing the workers their actions
       (the rest)       action clipping, checks, final observations, episode statistics
     inference          the policy acting (the numpy snapshot or the torch module)
     values             values of truncated episodes' final observations, and after the rollout
@@ -86,8 +86,8 @@ def main() -> None:
             timed(backend, "step", clock, "vector env")
             if isinstance(backend, ProcessVectorEnv):
                 timed(backend.local, "step_members", clock, "local group")
-                timed(backend, "_gather", clock, "waiting")
-                timed(backend, "_send", clock, "sending")
+                timed(backend, "_finish_step", clock, "waiting")
+                timed(backend, "_start_step", clock, "sending")
         torch.set_num_threads(1)
         try:
             with threadpool_limits(1, "blas"):

@@ -165,12 +165,21 @@ if "EmbodiedPPOTestFaulty-v0" not in gym.registry:
     gym.register("EmbodiedPPOTestFaulty-v0", entry_point=FaultyEnv)
 
 
+def pipes(monkeypatch, on: bool) -> None:
+    """Env processes step by message instead of by doorbell (where `on`)."""
+    if on:
+        from embodied_ppo.vecenv import workers
+
+        monkeypatch.setattr(workers, "can_spin", lambda processes, threads: False)
+
+
 def _faulty_config(kind: str, backend: str = "sync"):
     # Env 1 fails at its 40th step: iteration 2 (0-based) of 16 steps, after ckpt_32 and ckpt_64.
-    # "processes": the sync backend with env 1 stepped in a worker process.
+    # "processes": the sync backend with env 1 stepped in a worker process (its steps by
+    # doorbell; "processes_pipes": by message).
     seed = env_seeds(0, 2)[1]
     env = {"backend": backend, "kwargs": {"kind": kind, "seed": seed, "at": 40}}
-    if backend == "processes":
+    if backend.startswith("processes"):
         env.update(backend="sync", processes=2)
     return tiny_config(
         "EmbodiedPPOTestFaulty-v0",
@@ -185,13 +194,23 @@ def _faulty_config(kind: str, backend: str = "sync"):
         ("raise", "sync", "environment 1 raised RuntimeError in step: simulator diverged"),
         ("raise", "async", "environment 1 raised RuntimeError in step: simulator diverged"),
         ("raise", "processes", "environment 1 raised RuntimeError in step: simulator diverged"),
+        (
+            "raise",
+            "processes_pipes",
+            "environment 1 raised RuntimeError in step: simulator diverged",
+        ),
         ("nan_reward", "processes", "environment 1 returned a non-finite reward nan"),
         ("nan_reward", "sync", "environment 1 returned a non-finite reward nan"),
         ("nan_obs", "sync", "environment 1 returned a non-finite observation"),
     ],
 )
-def test_env_failure_names_env_step_and_last_checkpoint(tmp_path, kind, backend, message):
+def test_env_failure_names_env_step_and_last_checkpoint(
+    tmp_path, kind, backend, message, monkeypatch
+):
+    pipes(monkeypatch, backend == "processes_pipes")
     trainer = Trainer(_faulty_config(kind, backend), tmp_path, progress_stream=io.StringIO())
+    if backend.startswith("processes"):
+        assert trainer.envs.env.doorbell is (backend == "processes")
     with pytest.raises(TrainingError) as info:
         trainer.train()
     text = str(info.value)
@@ -209,10 +228,14 @@ def test_env_failure_names_env_step_and_last_checkpoint(tmp_path, kind, backend,
         ({"backend": "async"}, 1, r"environment 1: its worker process \d+", 64),
         # The envs split over 2 processes: the one worker steps envs 2 and 3.
         ({"num_envs": 4, "processes": 2}, 0, r"environments 2-3: their worker process \d+", 128),
+        ({"num_envs": 4, "processes": 2}, 0, r"environments 2-3: their worker process \d+", 128),
     ],
-    ids=["async", "processes"],
+    ids=["async", "processes", "processes_pipes"],
 )
-def test_a_dead_env_worker_stops_the_run_and_names_its_envs(tmp_path, env, worker, message, last):
+def test_a_dead_env_worker_stops_the_run_and_names_its_envs(
+    tmp_path, env, worker, message, last, monkeypatch, request
+):
+    pipes(monkeypatch, request.node.callspec.id == "processes_pipes")
     cfg = tiny_config(
         "CartPole-v1", env=env, trainer={"total_steps": 512, "checkpoint_interval": 1}
     )

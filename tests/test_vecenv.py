@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -101,16 +103,19 @@ def test_vec_env_reset_is_seeded():
     assert not np.array_equal(oa[0], oa[1])
 
 
-def _trajectory(venv, steps: int, seed: int = 0) -> list:
-    """Every array a vector env reports over `steps` random steps (copied)."""
+def _trajectory(venv, steps: int, seed: int = 0, dtype=np.float64, pause: float = 0.0) -> list:
+    """Every array a vector env reports over `steps` random steps (copied); Box actions of
+    `dtype`, `pause` seconds between steps."""
     rng = np.random.default_rng(seed)
     space = venv.single_action_space
     out = [venv.reset(seed=[11 * (k + 1) for k in range(venv.num_envs)])[0].copy()]
     for _ in range(steps):
+        time.sleep(pause)
         if isinstance(space, gym.spaces.Discrete):
             actions = rng.integers(0, space.n, size=venv.num_envs)
         else:
             actions = rng.uniform(space.low, space.high, (venv.num_envs, *space.shape))
+            actions = actions.astype(dtype)
         obs, reward, term, trunc, info = venv.step(actions)
         out += [obs.copy(), reward.copy(), term.copy(), trunc.copy()]
         if "final_obs" in info:
@@ -163,27 +168,76 @@ def test_group_bounds_split_members_into_contiguous_near_equal_groups():
     assert group_bounds(4, 1) == [range(0, 4)]
 
 
-@pytest.mark.parametrize("processes, threads", [(2, 1), (3, 1), (2, 2)])
-def test_envs_split_over_processes_give_the_same_trajectories(processes, threads):
+@pytest.mark.parametrize(
+    "processes, threads, doorbell, dtype",
+    [
+        (2, 1, True, np.float32),
+        (3, 1, True, np.float32),
+        (2, 2, True, np.float32),
+        (2, 1, False, np.float32),
+        (3, 1, False, np.float32),
+        # Actions of another dtype than the doorbell's shared array go by message, as given.
+        (2, 1, True, np.float64),
+    ],
+)
+def test_envs_split_over_processes_give_the_same_trajectories(processes, threads, doorbell, dtype):
     fns = [lambda: gym.make("Hopper-v5", max_episode_steps=60) for _ in range(5)]
-    serial = _trajectory(SerialVectorEnv(fns), 120)
-    venv = ProcessVectorEnv(fns, processes, threads)
+    serial = _trajectory(SerialVectorEnv(fns), 120, dtype=dtype)
+    venv = ProcessVectorEnv(fns, processes, threads, doorbell=doorbell)
+    assert venv.doorbell is doorbell
     assert len(venv.processes) == processes - 1  # this process steps the first group
     assert all(p.is_alive() for p in venv.processes)
-    split = _trajectory(venv, 120)
+    split = _trajectory(venv, 120, dtype=dtype)
     assert len(serial) == len(split) > 4 * 120  # some episodes ended (final_obs reported)
     for a, b in zip(serial, split, strict=True):
         assert np.array_equal(a, b)
     assert venv.closed and all(p.exitcode == 0 for p in venv.processes)
 
 
-def test_envs_split_over_processes_carry_dict_observations_and_success():
+def test_doorbell_steps_reach_workers_past_their_spin_and_wait_past_this_ones(monkeypatch):
+    # No spinning at all: every wait, the worker's for a step and this process's for its
+    # reply, is the sleeping one (the counter looked at between polls of the pipe). With
+    # pauses between steps the workers are asleep when each step is rung.
+    from embodied_ppo.vecenv import workers
+
+    monkeypatch.setattr(workers, "SPIN_SECONDS", 0.0)  # the workers are forked with it
+    monkeypatch.setattr(workers, "WAIT_SPIN_SECONDS", 0.0)
+    fns = [lambda: gym.make("CartPole-v1", max_episode_steps=9) for _ in range(4)]
+    serial = _trajectory(SerialVectorEnv(fns), 30)
+    venv = ProcessVectorEnv(fns, 2, doorbell=True)
+    split = _trajectory(venv, 30, pause=0.003)
+    assert len(serial) == len(split)
+    for a, b in zip(serial, split, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_doorbells_only_where_every_thread_has_a_core_on_x86(monkeypatch):
+    from embodied_ppo.vecenv import workers
+
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(workers.platform, "machine", lambda: "x86_64")
+    assert workers.can_spin(2, 1) and workers.can_spin(4, 1) and workers.can_spin(2, 2)
+    assert not workers.can_spin(5, 1) and not workers.can_spin(3, 2)
+    monkeypatch.setattr(workers.platform, "machine", lambda: "aarch64")
+    assert not workers.can_spin(2, 1)  # stores may be reordered there: pipes
+    monkeypatch.setattr(workers, "can_spin", lambda processes, threads: False)
+    venv = ProcessVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)], 2)
+    assert not venv.doorbell
+    venv.close()
+
+
+@pytest.mark.parametrize("doorbell", [True, False])
+def test_envs_split_over_processes_carry_dict_observations_and_success(doorbell, monkeypatch):
     from toy_envs import register_dict
 
+    from embodied_ppo.vecenv import workers
+
+    monkeypatch.setattr(workers, "can_spin", lambda processes, threads: doorbell)
     env = {"num_envs": 4, "max_episode_steps": 7}
     serial = VecEnv(tiny_config(register_dict(), env=env).env, seed=1)
     split = VecEnv(tiny_config(register_dict(), env={**env, "processes": 2}).env, seed=1)
     assert isinstance(split.env, ProcessVectorEnv) and isinstance(serial.env, SerialVectorEnv)
+    assert split.env.doorbell is doorbell
     with serial, split:
         a, b = serial.reset(), split.reset()
         rng = np.random.default_rng(0)
