@@ -257,9 +257,11 @@ def test_envs_split_over_processes_carry_dict_observations_and_success(doorbell,
         assert set(ended) == {0, 1, 2, 3}  # episodes ended in both groups
 
 
-def test_a_process_that_never_closes_its_env_workers_still_exits_and_ends_them():
+@pytest.mark.parametrize("doorbell", [True, False])
+def test_a_process_that_never_closes_its_env_workers_still_exits_and_ends_them(doorbell):
     # Workers ignore SIGTERM (Ctrl-C and SIGTERM are the main process's to handle), which is
-    # how multiprocessing would end them at exit: the vector env must end them itself.
+    # how multiprocessing would end them at exit: the vector env must end them itself, also
+    # while they wait for the next step by doorbell.
     import os
     import subprocess
     import sys
@@ -267,8 +269,10 @@ def test_a_process_that_never_closes_its_env_workers_still_exits_and_ends_them()
     code = (
         "import gymnasium as gym\n"
         "from embodied_ppo.vecenv.workers import ProcessVectorEnv\n"
-        "v = ProcessVectorEnv([lambda: gym.make('CartPole-v1') for _ in range(4)], 3)\n"
+        "v = ProcessVectorEnv([lambda: gym.make('CartPole-v1') for _ in range(4)], 3, "
+        f"doorbell={doorbell})\n"
         "v.reset(seed=[1, 2, 3, 4])\n"
+        "v.step(v.action_space.sample())\n"
         "print(*(p.pid for p in v.processes))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
