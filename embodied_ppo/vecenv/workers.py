@@ -15,7 +15,8 @@ How a step reaches a worker and comes back:
   polling its pipe every millisecond, steps its envs, writes the episodes that ended (final
   observations, `is_success`) into shared memory too, and raises its own counter, on which
   this process spins. A round trip costs a few microseconds instead of a pipe's ~70 (two
-  wake-ups of a sleeping process), the time of 1-2 Humanoid env steps on every vector step.
+  wake-ups of a sleeping process); on 2 cores that took Humanoid's vector step of 8 envs from
+  ~1.28 to ~1.03 ms.
   The counters are plain shared integers: x86-64 keeps each process's stores in order, which
   is what makes data written before a counter visible with it; elsewhere pipes are used.
 - **Pipes** otherwise, and for every other command (reset, call, set_attr, close, and an
@@ -67,11 +68,7 @@ class SharedArrays:
         action: tuple[tuple[int, ...], np.dtype] | None = None,
     ) -> None:
         shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-        observations = (
-            {f"{k}": space for k, space in obs_space.spaces.items()}
-            if isinstance(obs_space, gym.spaces.Dict)
-            else None
-        )
+        observations = dict(obs_space.spaces) if isinstance(obs_space, gym.spaces.Dict) else None
         for prefix in ("obs", "final") if action is not None else ("obs",):
             if observations is not None:
                 for k, space in observations.items():
