@@ -18,6 +18,12 @@ Threads are as in training: one torch thread and one BLAS thread while collectin
 
     python scripts/profile_collection.py configs/humanoid.yaml
     python scripts/profile_collection.py configs/humanoid.yaml env.processes=1 --rollouts 8
+
+`--pipes` steps env processes by pipe messages instead of doorbells (vecenv.workers), for a
+side-by-side comparison of the two transports: run both, alternating, e.g.
+
+    for i in 1 2 3; do python scripts/profile_collection.py configs/humanoid.yaml
+                       python scripts/profile_collection.py configs/humanoid.yaml --pipes; done
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ def main() -> None:
     p.add_argument("config")
     p.add_argument("overrides", nargs="*", help="config overrides, key=value")
     p.add_argument("--rollouts", type=int, default=4, help="timed rollouts (default 4)")
+    p.add_argument("--pipes", action="store_true", help="env processes: pipes, not doorbells")
     args = p.parse_args()
     if args.rollouts < 1:
         sys.exit("error: --rollouts must be at least 1")
@@ -68,7 +75,11 @@ def main() -> None:
     from embodied_ppo.config import load_config
     from embodied_ppo.errors import UserError
     from embodied_ppo.trainer import Trainer
+    from embodied_ppo.vecenv import workers
     from embodied_ppo.vecenv.workers import ProcessVectorEnv
+
+    if args.pipes:
+        workers.can_spin = lambda processes, threads: False
 
     try:
         cfg = load_config(args.config, [*args.overrides, "trainer.compile=false"])
@@ -101,10 +112,14 @@ def main() -> None:
         finally:
             envs.close()
     steps = args.rollouts * cfg.algorithm.rollout_steps
+    transport = ""
+    if isinstance(backend, ProcessVectorEnv):
+        transport = " by doorbell" if backend.doorbell else " by pipe"
     ms = {k: 1e3 * v / steps for k, v in clock.items()}
     print(
         f"{args.config}: {cfg.env.num_envs} envs ({cfg.env.backend}, "
-        f"{cfg.env.processes} processes, {cfg.env.threads} threads), {args.rollouts} rollouts "
+        f"{cfg.env.processes} processes{transport}, {cfg.env.threads} threads), "
+        f"{args.rollouts} rollouts "
         f"of {cfg.algorithm.rollout_steps} vector steps: {1e3 * total / steps:.3f} ms per "
         f"vector step ({cfg.env.num_envs * steps / total:,.0f} env steps/s)"
     )

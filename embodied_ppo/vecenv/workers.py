@@ -290,14 +290,15 @@ class ProcessVectorEnv:
         self._shared = SharedArrays(
             ctx, first.observation_space, self.num_envs, action if self.doorbell else None
         )
-        # One control block per worker (see CMD, DONE, FAILED), and the steps asked of it.
-        self._control_raw = [ctx.RawArray(ctypes.c_int64, 3) for _ in self.groups[1:]]
-        self._controls = [np.frombuffer(raw, dtype=np.int64) for raw in self._control_raw]
+        # Doorbells: one control block per worker (see CMD, DONE, FAILED); the steps asked.
+        control_raw = [
+            ctx.RawArray(ctypes.c_int64, 3) if self.doorbell else None for _ in self.groups[1:]
+        ]
+        self._controls = [np.frombuffer(raw, dtype=np.int64) for raw in control_raw if raw]
         self._asked = 0
         try:
-            for w, rows in enumerate(self.groups[1:]):
+            for rows, control in zip(self.groups[1:], control_raw, strict=True):
                 parent, child = ctx.Pipe()
-                control = self._control_raw[w] if self.doorbell else None
                 process = ctx.Process(
                     target=_worker,
                     args=(child, [env_fns[i] for i in rows], rows, threads, self._shared, control),
@@ -436,35 +437,33 @@ class ProcessVectorEnv:
         if sent:
             return self._gather(sent)
         error: BaseException | None = None
+        failed: list[Any] = [None] * len(self._conns)  # whose exception follows on the pipe
         results: list[list[Ended]] = []
         for w, (conn, control) in enumerate(zip(self._conns, self._controls, strict=True)):
+            results.append([])
             if not _await_change(control, DONE, self._asked - 1, WAIT_SPIN_SECONDS, conn):
                 # Its pipe has something instead of the step: it died (EOF).
                 self.processes[w].join(timeout=5)
                 error = error or WorkerDied(self._describe(w))
-                results.append([])
                 continue
-            if control[FAILED]:  # the exception follows on the pipe
+            if control[FAILED]:
                 control[FAILED] = 0
-                sent = [None] * len(self._conns)
-                sent[w] = ("step", None)
-                try:
-                    self._gather(sent)
-                except BaseException as exc:
-                    error = error or exc
-                results.append([])
+                failed[w] = ("step", None)
                 continue
             rows = self.groups[w + 1]
-            results.append(
-                [
-                    (
-                        i,
-                        map_obs(lambda a, i=i: a[i].copy(), self._final),
-                        None if np.isnan(self._success[i]) else float(self._success[i]),
-                    )
-                    for i in np.flatnonzero(self._ended[rows.start : rows.stop]) + rows.start
-                ]
-            )
+            results[w] = [
+                (
+                    i,
+                    map_obs(lambda a, i=i: a[i].copy(), self._final),
+                    None if np.isnan(self._success[i]) else float(self._success[i]),
+                )
+                for i in np.flatnonzero(self._ended[rows.start : rows.stop]) + rows.start
+            ]
+        if any(failed):
+            try:
+                self._gather(failed)  # raises the first worker's exception
+            except BaseException as exc:
+                error = error or exc
         if error is not None:
             raise error
         return results
