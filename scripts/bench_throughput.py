@@ -14,7 +14,14 @@ Steady state (default): the first iteration of each training contender (compilat
 is excluded. `--whole-process STEPS` instead times whole processes from start to exit, imports,
 env creation and compilation included: `embodied-ppo train CONFIG trainer.total_steps=STEPS`
 against Stable-Baselines3 training the same settings for STEPS, and, with `--baseline-src`,
-the same command run from another checkout (a before/after comparison).
+the same command run from another checkout (a before/after comparison). Each round also
+prints the gradient steps each process took, which early stopping makes differ from run to run.
+
+Identical hyperparameters include the learning-rate schedule: with `early_stop_kl` the rate
+decides how many gradient steps an update takes (a higher rate trips the stop sooner), so
+Stable-Baselines3 gets the config's linear decay as a schedule of its own, at the rate ours
+uses for the same iteration, and `target_kl` = early_stop_kl / 1.5 (it stops past 1.5 x
+target_kl). A config with the KL-adaptive rate is refused: Stable-Baselines3 has none.
 
 Threads: each contender gets its best setting by default, and the table says which. Ours
 chooses its own (trainer.torch_threads: null). Stable-Baselines3 uses torch's default (every
@@ -40,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +76,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
             "share_backbone": cfg.model.share_backbone,
             "log_std_init": cfg.model.log_std_init,
             "lr": cfg.optim.lr,
+            "schedule": cfg.optim.schedule,
             "gamma": cfg.algorithm.gamma,
             "gae_lambda": cfg.algorithm.gae_lambda,
             "value_clip": cfg.algorithm.value_clip,
@@ -89,6 +98,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
         "share_backbone": False,
         "log_std_init": 0.0,
         "lr": 3e-4,
+        "schedule": "constant",
         "gamma": 0.99,
         "gae_lambda": 0.95,
         "value_clip": None,
@@ -132,7 +142,11 @@ def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
                 "early_stop_kl": s.get("early_stop_kl"),
                 "entropy_bonus": 0.0,
             },
-            "optim": {"lr": s["lr"], "max_grad_norm": s["max_grad_norm"]},
+            "optim": {
+                "lr": s["lr"],
+                "schedule": s.get("schedule", "constant"),
+                "max_grad_norm": s["max_grad_norm"],
+            },
             "trainer": {
                 "total_steps": iterations * s["rollout_steps"] * s["num_envs"],
                 "device": "cpu",
@@ -235,21 +249,27 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
             elapsed = records[-1]["time"] - records[0]["time"]
             return {"steps": iterations * batch, "seconds": elapsed}
     if name == "sb3_train":
-        model, batch = sb3_model(s, threads)
+        batch = s["rollout_steps"] * s["num_envs"]
+        model, _ = sb3_model(s, threads, (iterations + 1) * batch)
         timer = sb3_timer()
         model.learn(total_timesteps=(iterations + 1) * batch, callback=timer)
         end = time.perf_counter()
         # marks[0] starts the warm-up iteration; marks[1] the first measured one.
         return {"steps": iterations * batch, "seconds": end - timer.marks[1]}
     if name == "sb3_whole":  # timed from outside, as a whole process
-        model, batch = sb3_model(s, threads)
+        model, batch = sb3_model(s, threads, iterations)
+        taken = [0]  # gradient steps: an early-stopped update takes fewer
+        model.policy.optimizer.register_step_post_hook(
+            lambda *_: taken.__setitem__(0, taken[0] + 1)
+        )
         model.learn(total_timesteps=iterations)
-        return {"steps": iterations}
+        return {"steps": iterations, "gradient_steps": taken[0]}
     raise ValueError(name)
 
 
-def sb3_model(s: dict, threads: int | None):
-    """Stable-Baselines3 PPO with the shared settings; (model, transitions per iteration)."""
+def sb3_model(s: dict, threads: int | None, total_steps: int):
+    """Stable-Baselines3 PPO with the shared settings, to train for `total_steps`; (model,
+    transitions per iteration)."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
@@ -270,7 +290,7 @@ def sb3_model(s: dict, threads: int | None):
         n_steps=s["rollout_steps"],
         batch_size=s["minibatch_size"],
         n_epochs=s["epochs"],
-        learning_rate=s["lr"],
+        learning_rate=sb3_learning_rate(s, total_steps),
         gamma=s["gamma"],
         gae_lambda=s["gae_lambda"],
         clip_range=0.2,
@@ -291,6 +311,21 @@ def sb3_model(s: dict, threads: int | None):
         verbose=0,
     )
     return model, s["rollout_steps"] * s["num_envs"]
+
+
+def sb3_learning_rate(s: dict, total_steps: int) -> float | Callable[[float], float]:
+    """The config's learning-rate schedule as Stable-Baselines3 takes it.
+
+    Under early stopping the schedule decides how many gradient steps an update takes, so both
+    contenders must follow the same one. Ours sets iteration k's rate before its rollout from
+    the k x batch steps done; Stable-Baselines3 asks its schedule after the rollout, with
+    progress_remaining = 1 - (k + 1) x batch / total: one batch is added back.
+    """
+    if s.get("schedule", "constant") == "constant":
+        return s["lr"]
+    batch = s["rollout_steps"] * s["num_envs"]
+    lr, back = s["lr"], batch / total_steps
+    return lambda progress_remaining: lr * min(1.0, progress_remaining + back)
 
 
 def sb3_timer():
@@ -348,8 +383,11 @@ def best_sb3_threads(s: dict) -> tuple[int, dict[int, float]]:
     return max(rates, key=rates.__getitem__), rates
 
 
-def run_whole(name: str, s: dict, args: argparse.Namespace, sb3_threads: int) -> float:
-    """Wall seconds of one whole training process of `args.whole_process` steps."""
+def run_whole(
+    name: str, s: dict, args: argparse.Namespace, sb3_threads: int
+) -> tuple[float, int | None]:
+    """Wall seconds of one whole training process of `args.whole_process` steps, and the
+    gradient steps it took (None where its metrics do not tell: iterations not all logged)."""
     import tempfile
 
     env = dict(os.environ)
@@ -372,9 +410,19 @@ def run_whole(name: str, s: dict, args: argparse.Namespace, sb3_threads: int) ->
         start = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
         seconds = time.perf_counter() - start
-    if out.returncode != 0:
-        sys.exit(f"{name} failed:\n{out.stderr}")
-    return seconds
+        if out.returncode != 0:
+            sys.exit(f"{name} failed:\n{out.stderr}")
+        if name == "sb3_whole":
+            return seconds, json.loads(out.stdout.strip().splitlines()[-1])["gradient_steps"]
+        return seconds, logged_gradient_steps(Path(tmp) / "run" / "metrics.jsonl")
+
+
+def logged_gradient_steps(metrics: Path) -> int | None:
+    """The gradient steps of a run from its metrics.jsonl, if it logged every iteration."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    if [r["iteration"] for r in rows] != list(range(1, len(rows) + 1)):
+        return None
+    return int(sum(r.get("losses/num_gradient_steps", 0) for r in rows))
 
 
 def main() -> None:
@@ -444,9 +492,15 @@ def main() -> None:
         p.error("--whole-process needs --config (the file the train command runs)")
 
     s = settings_from_args(args)
+    sb3_runs = "sb3_train" in args.only or args.whole_process
+    if sb3_runs and s["schedule"] == "adaptive":
+        p.error(
+            "optim.schedule: adaptive has no Stable-Baselines3 counterpart; "
+            "time it with --only raw_env ours_collect ours_train"
+        )
     info = machine()
     sb3_threads, tried = args.sb3_threads, {}
-    if sb3_threads is None and ("sb3_train" in args.only or args.whole_process):
+    if sb3_threads is None and sb3_runs:
         sb3_threads, tried = best_sb3_threads(s)
     tried_text = ", ".join(f"{n}: {r:,.0f} steps/s" for n, r in tried.items())
     print(
@@ -498,11 +552,17 @@ def main() -> None:
 def whole(args: argparse.Namespace, s: dict, info: dict, sb3_threads: int, tried: dict) -> None:
     names = ["ours_whole", "sb3_whole"] + (["before_whole"] if args.baseline_src else [])
     results: dict[str, list[float]] = {c: [] for c in names}
+    steps: dict[str, list[int | None]] = {c: [] for c in names}
     for r in range(args.rounds):
         for c in names:
-            seconds = run_whole(c, s, args, sb3_threads)
+            seconds, taken = run_whole(c, s, args, sb3_threads)
             results[c].append(seconds)
-            print(f"round {r + 1}/{args.rounds} {c:13s} {seconds:8.1f} s", flush=True)
+            steps[c].append(taken)
+            print(
+                f"round {r + 1}/{args.rounds} {c:13s} {seconds:8.1f} s, "
+                f"{'?' if taken is None else f'{taken:,}'} gradient steps",
+                flush=True,
+            )
     med = {c: statistics.median(v) for c, v in results.items()}
     print()
     print(f"{args.config}: whole processes of {args.whole_process:,} steps (seconds, median)")
@@ -512,10 +572,11 @@ def whole(args: argparse.Namespace, s: dict, info: dict, sb3_threads: int, tried
     pairs = {"ours / sb3 (speed)": ("sb3_whole", "ours_whole")}
     if args.baseline_src:
         pairs["ours / before (speed)"] = ("before_whole", "ours_whole")
-    report(results, med, pairs, args, s, info, {"sb3_threads": sb3_threads, "tried": tried})
+    threads = {"sb3_threads": sb3_threads, "tried": tried}
+    report(results, med, pairs, args, s, info, threads, {"gradient_steps": steps})
 
 
-def report(results, med, pairs, args, s, info, threads) -> None:
+def report(results, med, pairs, args, s, info, threads, extra: dict | None = None) -> None:
     """Median ratios and per-round ratios (contenders measured minutes apart at most)."""
     per_round = {
         k: [x / y for x, y in zip(results[a], results[b], strict=True)]
@@ -541,6 +602,7 @@ def report(results, med, pairs, args, s, info, threads) -> None:
                     "median": med,
                     "ratios": ratios,
                     "per_round_ratios": per_round,
+                    **(extra or {}),
                 },
                 indent=2,
             )

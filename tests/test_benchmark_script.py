@@ -235,7 +235,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-def load_bench_settings(tmp_path):
+def load_bench_settings(tmp_path, schedule: str = "constant"):
     """bench_throughput.py and its settings for a config with early_stop_kl 0.06."""
     spec = importlib.util.spec_from_file_location(
         "bench_throughput", ROOT / "scripts" / "bench_throughput.py"
@@ -245,6 +245,7 @@ def load_bench_settings(tmp_path):
     config = write_config(tmp_path / "tiny.yaml")
     data = yaml.safe_load(config.read_text().split("\n", 2)[2])
     data["algorithm"]["early_stop_kl"] = 0.06
+    data.setdefault("optim", {})["schedule"] = schedule
     config.write_text(yaml.safe_dump(data))
     return bench, bench.settings_from_args(argparse.Namespace(config=str(config)))
 
@@ -260,8 +261,62 @@ def test_bench_throughput_gives_ours_the_configs_early_stop(tmp_path):
 def test_bench_throughput_gives_stable_baselines3_the_configs_early_stop(tmp_path):
     pytest.importorskip("stable_baselines3")  # the .[bench] extra
     bench, s = load_bench_settings(tmp_path)
-    model, _ = bench.sb3_model(s, 1)
+    model, _ = bench.sb3_model(s, 1, 10_000)
     assert model.target_kl == pytest.approx(0.06 / 1.5)  # its rule: stop past 1.5 x target_kl
+
+
+def test_bench_throughput_gives_stable_baselines3_the_configs_learning_rate_schedule(tmp_path):
+    # Under early stopping the rate decides how many gradient steps an update takes: both
+    # contenders must take iteration k's update at the same rate.
+    from embodied_ppo.config import OptimConfig
+    from embodied_ppo.ppo import learning_rate
+
+    bench, s = load_bench_settings(tmp_path, "linear")
+    assert s["schedule"] == "linear"
+    assert bench.ours_config(s, 4, str(tmp_path / "run"), 1).optim.schedule == "linear"
+    batch = s["rollout_steps"] * s["num_envs"]
+    total = 4 * batch
+    schedule = bench.sb3_learning_rate(s, total)
+    optim = OptimConfig(lr=s["lr"], schedule="linear")
+    for k in range(4):
+        # Stable-Baselines3 asks its schedule after rollout k, ours sets the rate before it.
+        theirs = schedule(1.0 - (k + 1) * batch / total)
+        assert theirs == pytest.approx(learning_rate(optim, k * batch / total))
+    assert theirs > 0.0
+    _, s = load_bench_settings(tmp_path)
+    assert bench.sb3_learning_rate(s, total) == s["lr"]
+
+
+def test_bench_throughput_counts_our_gradient_steps_from_the_metrics(tmp_path):
+    bench, _ = load_bench_settings(tmp_path)
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"iteration": 1, "losses/num_gradient_steps": 4.0}, {"iteration": 2}]
+    rows.append({"iteration": 3, "losses/num_gradient_steps": 3.0})
+    metrics.write_text("\n".join(json.dumps(r) for r in rows))
+    assert bench.logged_gradient_steps(metrics) == 7
+    metrics.write_text("\n".join(json.dumps(r) for r in rows[1:]))  # iteration 1 not logged
+    assert bench.logged_gradient_steps(metrics) is None
+
+
+def test_bench_throughput_counts_stable_baselines3s_gradient_steps(tmp_path):
+    pytest.importorskip("stable_baselines3")  # the .[bench] extra
+    bench, s = load_bench_settings(tmp_path)
+    s["early_stop_kl"] = None
+    # 2 envs x 32 steps a rollout, one epoch of minibatches of 32: 2 steps per iteration.
+    assert bench.worker("sb3_whole", s, 128, 1) == {"steps": 128, "gradient_steps": 4}
+
+
+def test_bench_throughput_refuses_a_schedule_stable_baselines3_lacks(tmp_path):
+    _, s = load_bench_settings(tmp_path, "adaptive")
+    config = tmp_path / "tiny.yaml"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "optim.schedule: adaptive has no Stable-Baselines3 counterpart" in proc.stderr
 
 
 def load(name: str):
