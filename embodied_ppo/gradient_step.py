@@ -462,15 +462,24 @@ def probe_cpu_compiler() -> None:
     its first rollout, the wait overlaps that work; the first compilation waits for what is
     left (`GradientStep`). A failure here is ignored: the compilation finds it again and
     reports it.
+
+    Every module the probe needs is imported here, in the calling thread, first: the thread
+    must import nothing. Two threads importing torch's compiler stack at once can each meet
+    the other's half-initialized modules (CPython breaks an import deadlock that way); a run
+    that did failed on `No module named 'torch.utils.flop_counter'`.
     """
     global _PROBE
     if _PROBE is not None:
         return
+    try:
+        import torch._inductor.codecache  # noqa: F401
+        import torch.utils.cpp_extension  # noqa: F401  (what building the probe imports)
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+    except Exception:  # another torch layout: the first compilation tells
+        return
 
     def probe() -> None:
         with contextlib.suppress(Exception):
-            from torch._inductor.cpu_vec_isa import pick_vec_isa
-
             pick_vec_isa()
 
     _PROBE = threading.Thread(target=probe, name="embodied-ppo-isa-probe", daemon=True)

@@ -364,6 +364,32 @@ def test_action_noise_survives_in_float32_at_the_log_std_floor():
     assert torch.allclose(logprob, expected, atol=1e-2)
 
 
+def test_the_cpu_compiler_probe_thread_imports_nothing():
+    # Two threads importing torch's compiler stack at once can meet each other's
+    # half-initialized modules: the probe's imports happen before its thread starts.
+    code = """
+import sys, threading
+import torch
+seen = []
+
+class Spy:  # consulted for every module not imported yet, by whichever thread imports it
+    def find_spec(self, name, path=None, target=None):
+        seen.append((threading.current_thread().name, name))
+        return None
+
+sys.meta_path.insert(0, Spy())
+import embodied_ppo.gradient_step as gs
+gs.probe_cpu_compiler()
+assert gs._PROBE is not None
+gs._await_probe()
+print([name for thread, name in seen if thread == "embodied-ppo-isa-probe"])
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout[-2000:]
+
+
 def test_the_cpu_compiler_probe_runs_beside_the_build_and_the_first_compiled_call_waits(
     tmp_path, monkeypatch
 ):
