@@ -8,6 +8,8 @@ into one line and an exit status.
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import sys
 
 from embodied_ppo import distributed
@@ -147,6 +149,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.use_intact and not args.resume:
         raise UserError("--use-intact goes with --resume RUN_DIR")
+    # The interpreter's last collection at exit walks every object still alive: after training,
+    # the compiler's ~0.5M, ~1 s on 2 cores. Everything is written and closed by then (logs,
+    # checkpoints, env workers), so the process leaves them to the system instead.
+    atexit.register(gc.freeze)
     return train_command(args.config, args.overrides, args.resume, args.use_intact)
 
 

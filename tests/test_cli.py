@@ -54,6 +54,23 @@ def test_train_then_resume(tmp_path):
     )
 
 
+def test_the_train_command_leaves_its_heap_to_the_system_at_exit(tmp_path):
+    # The interpreter's last collection would walk every object of the compiler (~1 s).
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+        "from embodied_ppo.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    args = ["train", "configs/cartpole.yaml", *TINY, f"trainer.run_dir={tmp_path / 'run'}"]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("frozen at exit: True"), proc.stdout
+    assert load_checkpoint(tmp_path / "run")["global_step"] > 0
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
