@@ -257,13 +257,16 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
         # marks[0] starts the warm-up iteration; marks[1] the first measured one.
         return {"steps": iterations * batch, "seconds": end - timer.marks[1]}
     if name == "sb3_whole":  # timed from outside, as a whole process
-        model, batch = sb3_model(s, threads, iterations)
-        taken = [0]  # gradient steps: an early-stopped update takes fewer
-        model.policy.optimizer.register_step_post_hook(
-            lambda *_: taken.__setitem__(0, taken[0] + 1)
-        )
+        model, _ = sb3_model(s, threads, iterations)
+        taken = 0  # gradient steps: an early-stopped update takes fewer
+
+        def count(*_: object) -> None:
+            nonlocal taken
+            taken += 1
+
+        model.policy.optimizer.register_step_post_hook(count)
         model.learn(total_timesteps=iterations)
-        return {"steps": iterations, "gradient_steps": taken[0]}
+        return {"steps": iterations, "gradient_steps": taken}
     raise ValueError(name)
 
 
