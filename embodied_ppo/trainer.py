@@ -8,7 +8,6 @@ parts (each gets what it needs through its constructor) and restores them from a
 from __future__ import annotations
 
 import copy
-import gc
 import os
 import time
 from collections import deque
@@ -56,21 +55,6 @@ from embodied_ppo.ppo import (
 )
 from embodied_ppo.validate import check_policy, inference_path, per_process, resolve_device
 from embodied_ppo.vecenv import env_seeds, group_seeds, make_env, noise_seed
-
-
-def freeze_heap() -> bool:
-    """Keep every object alive now out of the garbage collector's full collections; returns
-    whether it did (the caller unfreezes when the run ends).
-
-    Called after the first update: what lives then (the run's parts, the compiler's caches,
-    ~0.5M objects) lives until the run ends, and each full collection would walk it all again
-    (~0.1-0.2 s on 2 cores). Not collected first: a collection there finds a few dozen objects.
-    A process that froze objects of its own keeps its setting.
-    """
-    if gc.get_freeze_count():
-        return False
-    gc.freeze()
-    return True
 
 
 class Trainer:
@@ -206,7 +190,6 @@ class Trainer:
         start, start_step = time.perf_counter(), self.global_step
         scalars: dict[str, float] = {}
         stopped = False
-        frozen: bool | None = None  # whether this run froze the heap (None: not yet decided)
         try:
             while self.global_step < total:
                 if should_stop is not None and distributed.agree(should_stop()):
@@ -239,8 +222,6 @@ class Trainer:
                     ) from None
                 self.collector.merge_obs_statistics()
                 t2 = time.perf_counter()
-                if frozen is None:  # the first update compiled the step
-                    frozen = freeze_heap()
 
                 if self.world > 1:
                     stats = RolloutStats(*distributed.gather_episodes(stats))
@@ -279,8 +260,6 @@ class Trainer:
                 if on_iteration is not None:
                     on_iteration(scalars)
         finally:
-            if frozen:
-                gc.unfreeze()
             if logger is not None:
                 logger.close()
             self.envs.close()

@@ -270,26 +270,3 @@ def test_collection_runs_numpy_blas_and_torch_on_one_thread(tmp_path):
     trainer.train()
     assert seen and all(blas == [1] * len(before) and n == 1 for blas, n in seen)
     assert blas_threads() == before  # given back after each collection
-
-
-def test_what_lives_after_the_first_update_stays_out_of_collections_until_the_run_ends(tmp_path):
-    import gc
-
-    assert gc.get_freeze_count() == 0
-    trainer = Trainer(tiny_config(trainer={"total_steps": 96}), tmp_path)
-    frozen: list[int] = []
-    trainer.train(on_iteration=lambda scalars: frozen.append(gc.get_freeze_count()))
-    # The first update built the compiled step (here: the eager one) and the run's parts.
-    assert len(frozen) == 3 and all(n > 1000 for n in frozen)
-    assert gc.get_freeze_count() == 0  # the process collects as before once the run ends
-
-
-def test_a_process_that_froze_its_own_objects_keeps_them_frozen(tmp_path):
-    import gc
-
-    gc.freeze()
-    try:
-        Trainer(tiny_config(trainer={"total_steps": 64}), tmp_path).train()
-        assert gc.get_freeze_count() > 0  # not unfrozen by the run
-    finally:
-        gc.unfreeze()
