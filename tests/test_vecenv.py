@@ -332,3 +332,17 @@ def test_episode_logs_of_truncated_episodes_are_their_last_steps():
         assert (
             res.episode_logs == [{"rewards/alive": 5.0, "metrics/fall_rate": 0.0, "steps": 5.0}] * 2
         )
+
+
+def test_a_tasks_refusal_of_an_argument_names_its_key_in_env_kwargs():
+    from toy_envs import register_strict
+
+    env_id = register_strict()
+    check_env(tiny_config(env_id, env={"kwargs": {"gains": {"kp": 1.0}}}))
+    for gains, message in [
+        ({"kq": 1.0}, "env.kwargs.gains.kq: unknown gain 'kq'; allowed: kp, kd"),
+        ({"kd": -1.0}, "env.kwargs.gains.kd: got -1.0, expected a number >= 0"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            check_env(tiny_config(env_id, env={"kwargs": {"gains": gains}}))
+        assert str(info.value) == message

@@ -162,3 +162,30 @@ def register_log() -> str:
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=LogEnv, max_episode_steps=5)
     return env_id
+
+
+class KeyedArgumentError(ValueError):
+    """A task's refusal of one of its keyword arguments: `key` is its path in env.kwargs."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class StrictEnv(CountingEnv):
+    """CountingEnv whose `gains` argument must be a mapping of known names to numbers >= 0."""
+
+    def __init__(self, gains: dict | None = None) -> None:
+        for name, value in (gains or {}).items():
+            if name not in ("kp", "kd"):
+                raise KeyedArgumentError(f"gains.{name}", f"unknown gain {name!r}; allowed: kp, kd")
+            if value < 0:
+                raise KeyedArgumentError(f"gains.{name}", f"got {value}, expected a number >= 0")
+        super().__init__()
+
+
+def register_strict() -> str:
+    env_id = "EmbodiedPPOTestStrict-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=StrictEnv)
+    return env_id
