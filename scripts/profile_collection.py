@@ -72,11 +72,11 @@ def main() -> None:
     import torch
     from threadpoolctl import threadpool_limits
 
-    from embodied_ppo.config import load_config
-    from embodied_ppo.errors import UserError
-    from embodied_ppo.trainer import Trainer
-    from embodied_ppo.vecenv import workers
-    from embodied_ppo.vecenv.workers import ProcessVectorEnv
+    from embodied_ppo.config.loading import load_config
+    from embodied_ppo.core.errors import UserError
+    from embodied_ppo.env import workers
+    from embodied_ppo.env.workers import ProcessVectorEnv
+    from embodied_ppo.runner.trainer import Trainer
 
     if args.pipes:
         workers.can_spin = lambda processes, threads: False

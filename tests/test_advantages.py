@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied_ppo.advantages import gae, linear_scan, masked_normalize
+from embodied_ppo.algo.advantages import gae, linear_scan, masked_normalize
 
 G, L = 0.9, 0.8
 

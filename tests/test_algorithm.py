@@ -11,7 +11,7 @@ from conftest import tiny_config
 from test_modules import spec
 from test_ppo import random_batch
 
-from embodied_ppo.advantages import (
+from embodied_ppo.algo.advantages import (
     discounted_returns,
     episode_returns,
     grpo,
@@ -19,14 +19,16 @@ from embodied_ppo.advantages import (
     reinforce_plus_plus,
     rloo,
 )
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.config import AlgorithmConfig, OptimConfig
-from embodied_ppo.errors import CheckpointError, ConfigError
-from embodied_ppo.losses import adaptive_kl_coef, kl_estimate
-from embodied_ppo.modules import ActorCritic, Categorical, DiagGaussian
-from embodied_ppo.ppo import PPOUpdate, aggregation_weights, make_optimizer
-from embodied_ppo.trainer import Trainer
-from embodied_ppo.vecenv import group_seeds
+from embodied_ppo.algo.kl import adaptive_kl_coef, kl_estimate
+from embodied_ppo.algo.minibatches import aggregation_weights
+from embodied_ppo.algo.update import PPOUpdate, make_optimizer
+from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
+from embodied_ppo.core.errors import CheckpointError, ConfigError
+from embodied_ppo.env.seeding import group_seeds
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.distributions import Categorical, DiagGaussian
+from embodied_ppo.runner.trainer import Trainer
 
 # ----------------------------------------------------------------------------- estimators
 
@@ -131,7 +133,7 @@ def test_the_k3_estimate_of_one_token_is_capped():
     """k3 = exp(-log r) - 1 + log r explodes where the policy gives an action far less
     probability than the reference (log r = -19.9: 4e8); it is capped at K3_CAP, as verl's is,
     so one token cannot dominate a batch, and its gradient is bounded there."""
-    from embodied_ppo.losses import K3_CAP
+    from embodied_ppo.algo.kl import K3_CAP
 
     lp = torch.tensor([-19.9, -2.0, 0.0, 3.0], requires_grad=True)
     k3 = kl_estimate("k3", lp, torch.zeros(4))

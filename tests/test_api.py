@@ -18,9 +18,9 @@ import torch
 from conftest import TINY, tiny_config
 
 import embodied_ppo
-from embodied_ppo import cli
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.errors import CheckpointError, UserError
+from embodied_ppo.app import cli
+from embodied_ppo.core.errors import CheckpointError, UserError
+from embodied_ppo.io.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,7 +186,7 @@ def test_keep_checkpoints_keeps_the_newest_and_best(tmp_path):
 
 
 def test_a_non_finite_observation_is_an_error_unless_allowed(tmp_path):
-    from embodied_ppo.export import ObservationError
+    from embodied_ppo.core.errors import ObservationError
 
     embodied_ppo.train(tiny_config("Pendulum-v1"), run_dir=tmp_path, **quiet())
     policy = embodied_ppo.load_policy(tmp_path)

@@ -268,8 +268,8 @@ def test_bench_throughput_gives_stable_baselines3_the_configs_early_stop(tmp_pat
 def test_bench_throughput_gives_stable_baselines3_the_configs_learning_rate_schedule(tmp_path):
     # Under early stopping the rate decides how many gradient steps an update takes: both
     # contenders must take iteration k's update at the same rate.
-    from embodied_ppo.config import OptimConfig
-    from embodied_ppo.ppo import learning_rate
+    from embodied_ppo.algo.schedules import learning_rate
+    from embodied_ppo.config.schema import OptimConfig
 
     bench, s = load_bench_settings(tmp_path, "linear")
     assert s["schedule"] == "linear"

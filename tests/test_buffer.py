@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied_ppo.buffer import RolloutBuffer, minibatch_indices, sequence_minibatch_indices
+from embodied_ppo.algo.minibatches import minibatch_indices, sequence_minibatch_indices
+from embodied_ppo.runner.buffer import RolloutBuffer
 
 CPU = torch.device("cpu")
 

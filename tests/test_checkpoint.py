@@ -9,8 +9,9 @@ import pickle
 import pytest
 import torch
 
-from embodied_ppo.checkpoint import FORMAT, atomic_write_bytes, load_checkpoint, save_checkpoint
-from embodied_ppo.errors import CheckpointError, UserError
+from embodied_ppo.core.errors import CheckpointError, UserError
+from embodied_ppo.io.checkpoint import FORMAT, load_checkpoint, save_checkpoint
+from embodied_ppo.io.files import atomic_write_bytes
 
 
 def test_round_trip_and_latest(tmp_path):
@@ -102,7 +103,7 @@ def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch):
 
 
 def test_the_run_lock_leaves_no_file_and_takes_over_a_dead_holders(tmp_path):
-    from embodied_ppo.checkpoint import LOCK_NAME, RunLock
+    from embodied_ppo.io.lock import LOCK_NAME, RunLock
 
     lock_file = tmp_path / LOCK_NAME
     with RunLock(tmp_path):
@@ -122,7 +123,7 @@ def test_the_run_lock_locks_the_file_at_its_path_when_the_holder_leaves_meanwhil
 ):
     import fcntl
 
-    from embodied_ppo.checkpoint import LOCK_NAME, RunLock
+    from embodied_ppo.io.lock import LOCK_NAME, RunLock
 
     lock_file = tmp_path / LOCK_NAME
     real_flock, calls = fcntl.flock, []

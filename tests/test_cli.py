@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
-from embodied_ppo.checkpoint import load_checkpoint
+from embodied_ppo.io.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,7 @@ def test_the_train_command_leaves_its_heap_to_the_system_at_exit(tmp_path):
     code = (
         "import atexit, gc, sys\n"
         "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
-        "from embodied_ppo.cli import main\n"
+        "from embodied_ppo.app.cli import main\n"
         "main(sys.argv[1:])\n"
     )
     args = ["train", "configs/cartpole.yaml", *TINY, f"trainer.run_dir={tmp_path / 'run'}"]

@@ -7,13 +7,14 @@ import torch
 from conftest import tiny_config
 from toy_envs import register
 
-from embodied_ppo.buffer import RolloutBuffer
-from embodied_ppo.collector import Collector
-from embodied_ppo.modules import ActorCritic, RewardScaler
-from embodied_ppo.modules.snapshot import NumpyPolicy
-from embodied_ppo.trainer import policy_spec
-from embodied_ppo.validate import inference_path
-from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv
+from embodied_ppo.algo.reward_scaling import RewardScaler
+from embodied_ppo.env.gym_backend import GymnasiumVecEnv
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.snapshot import NumpyPolicy
+from embodied_ppo.runner.buffer import RolloutBuffer
+from embodied_ppo.runner.build import policy_spec
+from embodied_ppo.runner.collector import Collector
+from embodied_ppo.runner.preflight import inference_path
 
 CPU = torch.device("cpu")
 

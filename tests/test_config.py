@@ -4,16 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from embodied_ppo.config import (
-    Config,
-    apply_overrides,
-    dump_yaml,
-    from_dict,
-    load_config,
-    load_yaml,
-    upgrade,
-)
-from embodied_ppo.errors import ConfigError
+from embodied_ppo.config.building import from_dict, upgrade
+from embodied_ppo.config.loading import apply_overrides, dump_yaml, load_config, load_yaml
+from embodied_ppo.config.schema import Config
+from embodied_ppo.core.errors import ConfigError
 
 BASE = {"env": {"id": "CartPole-v1"}}
 
@@ -172,8 +166,9 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_every_committed_config_is_valid_for_its_env(name):
-    from embodied_ppo.config import load_config
-    from embodied_ppo.validate import check_env, check_policy
+    from embodied_ppo.config.loading import load_config
+    from embodied_ppo.env.preflight import check_env
+    from embodied_ppo.runner.preflight import check_policy
 
     cfg = load_config(CONFIGS / name)
     check_policy(cfg, check_env(cfg))  # keys, spaces, encoders: what `train` checks first

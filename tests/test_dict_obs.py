@@ -10,19 +10,16 @@ import torch
 from conftest import tiny_config
 from toy_envs import register_dict
 
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.errors import ConfigError
-from embodied_ppo.export import (
-    DictPolicyNet,
-    export_policy,
-    load_policy,
-    onnx_bytes,
-    torchscript_bytes,
-)
-from embodied_ppo.modules import ActorCritic
-from embodied_ppo.modules.encoders import CNNSpec, ImageEncoder, SpatialSoftmax, cnn_output_size
-from embodied_ppo.trainer import Trainer
-from embodied_ppo.validate import check_env
+from embodied_ppo.app.deploy import load_policy
+from embodied_ppo.app.export import export_policy
+from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.runner.preflight import check_run
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.encoders import CNNSpec, ImageEncoder, SpatialSoftmax, cnn_output_size
+from embodied_ppo.model.export import onnx_bytes, torchscript_bytes
+from embodied_ppo.model.inference import DictPolicyNet
+from embodied_ppo.runner.trainer import Trainer
 
 
 def dict_config(**model):
@@ -43,11 +40,11 @@ def dict_config(**model):
 
 
 def make_policy(**model) -> ActorCritic:
-    from embodied_ppo.build import policy_spec
+    from embodied_ppo.runner.build import policy_spec
 
     cfg = dict_config(**model)
     torch.manual_seed(0)
-    return ActorCritic(policy_spec(cfg, check_env(cfg)))
+    return ActorCritic(policy_spec(cfg, check_run(cfg)))
 
 
 def obs_batch(n=5, seed=0):
@@ -223,7 +220,7 @@ def test_dict_policy_export_equals_eager_and_loads(tmp_path, cnn):
 
 
 def test_a_wrong_observation_for_a_dict_policy_is_named(tmp_path):
-    from embodied_ppo.export import ObservationError
+    from embodied_ppo.core.errors import ObservationError
 
     Trainer(dict_config(), tmp_path, progress_stream=io.StringIO()).train()
     policy = load_policy(tmp_path)
@@ -237,7 +234,7 @@ def test_a_wrong_observation_for_a_dict_policy_is_named(tmp_path):
 
 
 def test_eval_reports_the_success_rate(tmp_path):
-    from embodied_ppo.evaluation import evaluate_command
+    from embodied_ppo.app.evaluate import evaluate_command
 
     Trainer(dict_config(), tmp_path, progress_stream=io.StringIO()).train()
     out = io.StringIO()

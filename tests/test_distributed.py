@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from embodied_ppo.checkpoint import load_checkpoint
+from embodied_ppo.io.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("dist_worker.py")

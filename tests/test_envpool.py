@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from conftest import tiny_config
 
-from embodied_ppo.config import Config
-from embodied_ppo.errors import ConfigError, TrainingError
-from embodied_ppo.validate import check_env
-from embodied_ppo.vecenv import make_env
-from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv as VecEnv
+from embodied_ppo.config.schema import Config
+from embodied_ppo.core.errors import ConfigError, TrainingError
+from embodied_ppo.env import make_env
+from embodied_ppo.env.gym_backend import GymnasiumVecEnv as VecEnv
+from embodied_ppo.env.preflight import check_env
 
 
 @pytest.fixture
@@ -230,7 +230,7 @@ def test_pool_rebuilds_leave_no_threads_behind(envpool):
 
 
 def test_training_run_completes(envpool, tmp_path):
-    from embodied_ppo.trainer import Trainer
+    from embodied_ppo.runner.trainer import Trainer
 
     cfg = tiny_config("CartPole-v1", env={"backend": "envpool"}, trainer={"total_steps": 96})
     trainer = Trainer(cfg, tmp_path)

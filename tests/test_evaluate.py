@@ -15,13 +15,14 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.cli import main
-from embodied_ppo.errors import ConfigError
-from embodied_ppo.evaluation import RenderError, eval_seeds, evaluate_command
-from embodied_ppo.export import load_policy
-from embodied_ppo.render import probe_backend
-from embodied_ppo.trainer import Trainer
+from embodied_ppo.app.cli import main
+from embodied_ppo.app.deploy import load_policy
+from embodied_ppo.app.evaluate import evaluate_command
+from embodied_ppo.core.errors import ConfigError, RenderError
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.io.render import probe_backend
+from embodied_ppo.runner.episodes import eval_seeds
+from embodied_ppo.runner.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -335,7 +336,7 @@ def test_evaluation_does_not_change_training(tmp_path):
 
 
 def test_resumed_run_keeps_its_best(tmp_path):
-    from embodied_ppo.evaluation import read_best_return
+    from embodied_ppo.runner.evaluator import read_best_return
 
     run_dir = tmp_path / "run"
     train_tiny(run_dir, total_steps=64, eval_interval=1, eval_episodes=1)
@@ -381,7 +382,7 @@ def test_training_video_that_cannot_render_stops_before_training(tmp_path, monke
 
 
 def test_render_error_is_a_user_error():
-    from embodied_ppo.errors import UserError
+    from embodied_ppo.core.errors import UserError
 
     assert issubclass(RenderError, UserError)
 
@@ -397,7 +398,7 @@ def test_render_error_is_a_user_error():
     ],
 )
 def test_headless_backend_choice(monkeypatch, env, works, expected):
-    from embodied_ppo import render
+    from embodied_ppo.io import render
 
     for name in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
         monkeypatch.delenv(name, raising=False)

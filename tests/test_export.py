@@ -14,18 +14,13 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.cli import main
-from embodied_ppo.errors import CheckpointError
-from embodied_ppo.export import (
-    ExportError,
-    ObservationError,
-    export_policy,
-    load_policy,
-    policy_from_state,
-)
-from embodied_ppo.modules import ActorCritic
-from embodied_ppo.trainer import Trainer
+from embodied_ppo.app.cli import main
+from embodied_ppo.app.deploy import load_policy, policy_from_state
+from embodied_ppo.app.export import export_policy
+from embodied_ppo.core.errors import CheckpointError, ExportError, ObservationError
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.runner.trainer import Trainer
 
 ENVS = {"gaussian": "Pendulum-v1", "categorical": "CartPole-v1"}
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.config import load_config
-from embodied_ppo.modules import ActorCritic
-from embodied_ppo.trainer import Trainer
-from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv as VecEnv
+from embodied_ppo.config.loading import load_config
+from embodied_ppo.env.gym_backend import GymnasiumVecEnv as VecEnv
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.runner.trainer import Trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

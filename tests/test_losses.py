@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from embodied_ppo.losses import explained_variance, ppo_loss, value_error
+from embodied_ppo.algo.losses import explained_variance, ppo_loss, value_error
 
 
 def actor_critic_loss(

@@ -16,8 +16,8 @@ from conftest import tiny_config
 from test_losses import KW, actor_critic_loss
 from test_ppo import make_update, random_batch
 
-from embodied_ppo.modules import ActorCritic
-from embodied_ppo.trainer import Trainer
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.runner.trainer import Trainer
 
 
 def params(trainer):
@@ -53,7 +53,7 @@ def test_the_loss_of_micro_batches_sums_to_the_minibatch_loss():
 
 def record_grad_batches(monkeypatch) -> list[int]:
     """The batch size of every gradient computation of the update (eager or compiled)."""
-    from embodied_ppo.gradient_step import GradientStep
+    from embodied_ppo.algo.gradient_step import GradientStep
 
     sizes: list[int] = []
     for name in ("grads", "step"):

@@ -9,15 +9,10 @@ import pytest
 import torch
 from torch import distributions as D
 
-from embodied_ppo.modules import (
-    ActorCritic,
-    Categorical,
-    DiagGaussian,
-    ObsNormalizer,
-    RewardScaler,
-    RunningMeanStd,
-)
-from embodied_ppo.modules.normalizer import discounted_scan
+from embodied_ppo.algo.reward_scaling import RewardScaler, discounted_scan
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.distributions import Categorical, DiagGaussian
+from embodied_ppo.model.normalizer import ObsNormalizer, RunningMeanStd
 
 
 def spec(kind="gaussian", **kw):

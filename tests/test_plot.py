@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import yaml
 
-from embodied_ppo.cli import main
-from embodied_ppo.errors import UserError
-from embodied_ppo.plot import group_runs, mean_band, plot_runs, read_run
+from embodied_ppo.app.cli import main
+from embodied_ppo.app.plot import group_runs, mean_band, plot_runs, read_run
+from embodied_ppo.core.errors import UserError
 
 
 def make_run(

@@ -14,11 +14,11 @@ import pytest
 import torch
 from test_modules import spec
 
-from embodied_ppo.buffer import minibatch_indices
-from embodied_ppo.config import AlgorithmConfig, OptimConfig
-from embodied_ppo.gradient_step import adapt_learning_rate
-from embodied_ppo.modules import ActorCritic
-from embodied_ppo.ppo import NonFiniteError, PPOUpdate, learning_rate, make_optimizer
+from embodied_ppo.algo.minibatches import minibatch_indices
+from embodied_ppo.algo.schedules import adapt_learning_rate, learning_rate
+from embodied_ppo.algo.update import NonFiniteError, PPOUpdate, make_optimizer
+from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
+from embodied_ppo.model.actor_critic import ActorCritic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,8 +98,8 @@ def test_metrics_present():
 
 def test_the_update_is_the_autograd_update():
     # The same three steps written out with plain autograd and torch.optim.Adam.
-    from embodied_ppo.losses import ppo_loss
-    from embodied_ppo.ppo import aggregation_weights
+    from embodied_ppo.algo.losses import ppo_loss
+    from embodied_ppo.algo.minibatches import aggregation_weights
 
     policy, _ = make_update("gaussian", algo_kw={"update_epochs": 1, "minibatch_size": 48})
     torch.manual_seed(0)
@@ -239,7 +239,7 @@ def test_without_a_compiler_training_runs_eagerly_with_one_note(tmp_path):
     # so in one line, and computes what trainer.compile=false computes.
     from conftest import TINY
 
-    from embodied_ppo.checkpoint import load_checkpoint
+    from embodied_ppo.io.checkpoint import load_checkpoint
 
     def train(run: str, *extra: str) -> str:
         env = {
@@ -378,7 +378,7 @@ class Spy:  # consulted for every module not imported yet, by whichever thread i
         return None
 
 sys.meta_path.insert(0, Spy())
-import embodied_ppo.gradient_step as gs
+import embodied_ppo.algo.compiler as gs
 gs.probe_cpu_compiler()
 assert gs._PROBE is not None
 gs._await_probe()
@@ -399,8 +399,8 @@ def test_the_cpu_compiler_probe_runs_beside_the_build_and_the_first_compiled_cal
     from conftest import tiny_config
     from torch._inductor import cpu_vec_isa
 
-    import embodied_ppo.gradient_step as gs
-    from embodied_ppo.trainer import Trainer
+    import embodied_ppo.algo.compiler as gs
+    from embodied_ppo.runner.trainer import Trainer
 
     done: list[str] = []
 

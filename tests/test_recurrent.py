@@ -12,13 +12,14 @@ import torch
 from conftest import tiny_config
 from torch import nn
 
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.errors import UserError
-from embodied_ppo.export import export_policy, load_policy
-from embodied_ppo.modules.recurrent import RecurrentCore
-from embodied_ppo.ppo import sequence_chunks
-from embodied_ppo.trainer import Trainer
-from embodied_ppo.validate import check_config
+from embodied_ppo.algo.minibatches import sequence_chunks
+from embodied_ppo.app.deploy import load_policy
+from embodied_ppo.app.export import export_policy
+from embodied_ppo.config.checks import check_config
+from embodied_ppo.core.errors import UserError
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.model.recurrent import RecurrentCore
+from embodied_ppo.runner.trainer import Trainer
 
 CARTPOLE = "EmbodiedPPO/CartPoleNoVel-v1"
 PENDULUM = "EmbodiedPPO/PendulumNoVel-v1"
@@ -265,7 +266,7 @@ def test_exported_recurrent_policies_act_like_the_trained_one(tmp_path, kind, fm
 
 
 def test_a_recurrent_policy_refuses_a_missing_or_misshapen_state(tmp_path):
-    from embodied_ppo.export import ObservationError
+    from embodied_ppo.core.errors import ObservationError
 
     train(recurrent_config(), tmp_path / "run")
     loaded = load_policy(tmp_path / "run")
@@ -316,7 +317,7 @@ def test_evaluation_resets_the_state_at_every_episode(tmp_path):
     import gymnasium as gym
 
     import embodied_ppo
-    from embodied_ppo.evaluation import eval_seeds
+    from embodied_ppo.runner.episodes import eval_seeds
 
     cfg = recurrent_config(trainer={"total_steps": 64, "eval_interval": 2, "eval_episodes": 2})
     trainer = train(cfg, tmp_path / "run")

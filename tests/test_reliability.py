@@ -19,17 +19,17 @@ import torch
 from conftest import TINY, tiny_config
 from gymnasium import spaces
 
-from embodied_ppo import cli
-from embodied_ppo.checkpoint import (
+from embodied_ppo.app import cli
+from embodied_ppo.core.errors import TrainingError
+from embodied_ppo.env.seeding import env_seeds
+from embodied_ppo.io.checkpoint import (
     FORMAT,
     load_checkpoint,
     remove_stale_temp_files,
     save_checkpoint,
-    trim_metrics,
 )
-from embodied_ppo.errors import TrainingError
-from embodied_ppo.trainer import Trainer
-from embodied_ppo.vecenv import env_seeds
+from embodied_ppo.io.metrics import trim_metrics
+from embodied_ppo.runner.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _WRITER = textwrap.dedent(
     """
     import os, sys, time, torch
-    import embodied_ppo.checkpoint as ck
+    import embodied_ppo.io.checkpoint as ck
     run, hang_at, hang_step = sys.argv[1], sys.argv[2], int(sys.argv[3])
     step = 0
     real = {"fsync": os.fsync, "link": os.link}
@@ -168,7 +168,7 @@ if "EmbodiedPPOTestFaulty-v0" not in gym.registry:
 def pipes(monkeypatch, on: bool) -> None:
     """Env processes step by message instead of by doorbell (where `on`)."""
     if on:
-        from embodied_ppo.vecenv import workers
+        from embodied_ppo.env import workers
 
         monkeypatch.setattr(workers, "can_spin", lambda processes, threads: False)
 
@@ -260,7 +260,7 @@ def test_a_dead_env_worker_stops_the_run_and_names_its_envs(
 
 
 def test_checkpoint_write_failure_stops_the_run(tmp_path, monkeypatch):
-    import embodied_ppo.trainer as trainer_module
+    import embodied_ppo.runner.trainer as trainer_module
 
     trainer = Trainer(
         tiny_config(trainer={"checkpoint_interval": 1}), tmp_path, progress_stream=io.StringIO()

@@ -14,11 +14,11 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from embodied_ppo import cli
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.config import load_config
-from embodied_ppo.signals import GracefulStop, Interrupted
-from embodied_ppo.trainer import Trainer
+from embodied_ppo.app import cli
+from embodied_ppo.app.signals import GracefulStop, Interrupted
+from embodied_ppo.config.loading import load_config
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.runner.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 # A CartPole run long enough to be interrupted; constant lr, so that where it stops does not

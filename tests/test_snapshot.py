@@ -10,8 +10,8 @@ from test_collector import build
 from test_modules import spec
 from torch import nn
 
-from embodied_ppo.modules import ActorCritic
-from embodied_ppo.modules.snapshot import NumpyPolicy, unsupported_part
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.snapshot import NumpyPolicy, unsupported_part
 
 
 @pytest.mark.parametrize("kind", ["gaussian", "categorical"])

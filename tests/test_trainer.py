@@ -8,12 +8,12 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from embodied_ppo.advantages import compute_advantages
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.errors import CheckpointError, TrainingError
-from embodied_ppo.modules import ActorCritic
-from embodied_ppo.ppo import prepare_batch, refresh_advantages
-from embodied_ppo.trainer import Trainer
+from embodied_ppo.algo.advantages import compute_advantages
+from embodied_ppo.algo.batch import prepare_batch, refresh_advantages
+from embodied_ppo.core.errors import CheckpointError, TrainingError
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.runner.trainer import Trainer
 
 TAGS = [
     "charts/SPS",

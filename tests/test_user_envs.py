@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from conftest import TINY, tiny_config
 
-from embodied_ppo.checkpoint import load_checkpoint
-from embodied_ppo.config import WrapperConfig
-from embodied_ppo.vecenv.gymnasium_backend import make_one
+from embodied_ppo.config.schema import WrapperConfig
+from embodied_ppo.env.make import make_one
+from embodied_ppo.io.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 

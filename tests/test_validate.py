@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied_ppo.config import from_dict, load_config
-from embodied_ppo.errors import ConfigError
-from embodied_ppo.modules import ActorCritic
-from embodied_ppo.validate import (
-    check_env,
-    check_resume_overrides,
-    inference_path,
-    per_process,
-    resolve_device,
-)
+from embodied_ppo.config.building import from_dict
+from embodied_ppo.config.loading import load_config
+from embodied_ppo.config.resume import check_resume_overrides
+from embodied_ppo.config.scale import per_process
+from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.runner.preflight import check_run
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.runner.preflight import inference_path, resolve_device
 
 
 @pytest.mark.parametrize(
@@ -131,7 +129,7 @@ def test_config_errors_name_key_value_and_allowed(data, fragment):
 def test_environment_checks(overrides, fragment):
     pytest.importorskip("gymnasium")
     with pytest.raises(ConfigError) as info:
-        check_env(load_config(None, overrides))
+        check_run(load_config(None, overrides))
     assert fragment in str(info.value) and "\n" not in str(info.value)
 
 
@@ -144,13 +142,13 @@ def test_an_env_that_cannot_be_created_is_one_line():
         with pytest.raises(
             ConfigError, match=r"env.id: cannot create CarRacing-v3 \(DependencyNotInstalled"
         ):
-            check_env(load_config(None, ["env.id=CarRacing-v3"]))
+            check_run(load_config(None, ["env.id=CarRacing-v3"]))
     else:
         pytest.skip("Box2D is installed")
 
 
 def test_environment_checks_return_the_spaces():
-    info = check_env(load_config(None, ["env.id=Pendulum-v1"]))
+    info = check_run(load_config(None, ["env.id=Pendulum-v1"]))
     assert (info.obs_dim, info.action_kind, info.action_dim) == (3, "gaussian", 1)
 
 

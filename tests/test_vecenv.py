@@ -11,14 +11,15 @@ from conftest import tiny_config
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 from toy_envs import register
 
-from embodied_ppo.errors import ConfigError, TrainingError
-from embodied_ppo.validate import check_env, check_env_id
-from embodied_ppo.vecenv import env_seeds, group_seeds, make_env, noise_seed
-from embodied_ppo.vecenv.gymnasium_backend import GymnasiumVecEnv as VecEnv
-from embodied_ppo.vecenv.gymnasium_backend import make_one
-from embodied_ppo.vecenv.serial import SerialVectorEnv, group_bounds
-from embodied_ppo.vecenv.state import TrackedEnv
-from embodied_ppo.vecenv.workers import ProcessVectorEnv
+from embodied_ppo.core.errors import ConfigError, TrainingError
+from embodied_ppo.env import make_env
+from embodied_ppo.env.gym_backend import GymnasiumVecEnv as VecEnv
+from embodied_ppo.env.make import make_one
+from embodied_ppo.env.preflight import check_env, check_env_id
+from embodied_ppo.env.seeding import env_seeds, group_seeds, noise_seed
+from embodied_ppo.env.serial import SerialVectorEnv, group_bounds
+from embodied_ppo.env.state import TrackedEnv
+from embodied_ppo.env.workers import ProcessVectorEnv
 
 
 def test_unknown_env_id_suggests_close_matches():
@@ -198,7 +199,7 @@ def test_doorbell_steps_reach_workers_past_their_spin_and_wait_past_this_ones(mo
     # No spinning at all: every wait, the worker's for a step and this process's for its
     # reply, is the sleeping one (the counter looked at between polls of the pipe). With
     # pauses between steps the workers are asleep when each step is rung.
-    from embodied_ppo.vecenv import workers
+    from embodied_ppo.env import workers
 
     monkeypatch.setattr(workers, "SPIN_SECONDS", 0.0)  # the workers are forked with it
     monkeypatch.setattr(workers, "WAIT_SPIN_SECONDS", 0.0)
@@ -212,14 +213,14 @@ def test_doorbell_steps_reach_workers_past_their_spin_and_wait_past_this_ones(mo
 
 
 def test_doorbells_only_where_every_thread_has_a_core_on_x86(monkeypatch):
-    from embodied_ppo.vecenv import workers
+    from embodied_ppo.env import shared, workers
 
-    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    monkeypatch.setattr(workers.platform, "machine", lambda: "x86_64")
-    assert workers.can_spin(2, 1) and workers.can_spin(4, 1) and workers.can_spin(2, 2)
-    assert not workers.can_spin(5, 1) and not workers.can_spin(3, 2)
-    monkeypatch.setattr(workers.platform, "machine", lambda: "aarch64")
-    assert not workers.can_spin(2, 1)  # stores may be reordered there: pipes
+    monkeypatch.setattr(shared.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(shared.platform, "machine", lambda: "x86_64")
+    assert shared.can_spin(2, 1) and shared.can_spin(4, 1) and shared.can_spin(2, 2)
+    assert not shared.can_spin(5, 1) and not shared.can_spin(3, 2)
+    monkeypatch.setattr(shared.platform, "machine", lambda: "aarch64")
+    assert not shared.can_spin(2, 1)  # stores may be reordered there: pipes
     monkeypatch.setattr(workers, "can_spin", lambda processes, threads: False)
     venv = ProcessVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)], 2)
     assert not venv.doorbell
@@ -230,7 +231,7 @@ def test_doorbells_only_where_every_thread_has_a_core_on_x86(monkeypatch):
 def test_envs_split_over_processes_carry_dict_observations_and_success(doorbell, monkeypatch):
     from toy_envs import register_dict
 
-    from embodied_ppo.vecenv import workers
+    from embodied_ppo.env import workers
 
     monkeypatch.setattr(workers, "can_spin", lambda processes, threads: doorbell)
     env = {"num_envs": 4, "max_episode_steps": 7}
@@ -268,7 +269,7 @@ def test_a_process_that_never_closes_its_env_workers_still_exits_and_ends_them(d
 
     code = (
         "import gymnasium as gym\n"
-        "from embodied_ppo.vecenv.workers import ProcessVectorEnv\n"
+        "from embodied_ppo.env.workers import ProcessVectorEnv\n"
         "v = ProcessVectorEnv([lambda: gym.make('CartPole-v1') for _ in range(4)], 3, "
         f"doorbell={doorbell})\n"
         "v.reset(seed=[1, 2, 3, 4])\n"
@@ -298,7 +299,7 @@ def test_episode_logs_of_ended_episodes_reach_the_step_result(
 ):
     from toy_envs import register_log
 
-    from embodied_ppo.vecenv import workers
+    from embodied_ppo.env import workers
 
     if doorbell is not None:
         monkeypatch.setattr(workers, "can_spin", lambda processes, threads: doorbell)

@@ -1,0 +1,99 @@
+"""Training and evaluation from Python, and the `train` command built on them.
+
+    import embodied_ppo
+    result = embodied_ppo.train("configs/cartpole.yaml", ["trainer.total_steps=20000"],
+                                run_dir="runs/cartpole")
+    print(result.run_dir, result.metrics["charts/episodic_return"])
+    summary = embodied_ppo.evaluate(result.run_dir, episodes=10)
+
+`train` writes exactly the run directory the command writes (config.yaml, metrics.jsonl,
+TensorBoard events, checkpoints), so `embodied-ppo train --resume RUN_DIR`, `eval` and `export`
+work on it. One writer per run directory: it is locked while a run trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from embodied_ppo.app.results import Callback, TrainResult
+from embodied_ppo.app.session import _session, run_training
+from embodied_ppo.config.schema import Config
+
+if TYPE_CHECKING:
+    pass
+
+
+def train(
+    config: str | Path | dict | Config | None = None,
+    overrides: Sequence[str] | None = None,
+    run_dir: str | Path | None = None,
+    callbacks: Sequence[Callback] = (),
+    *,
+    resume: str | Path | None = None,
+    use_intact: bool = False,
+    stop: Callable[[], bool] | None = None,
+    progress: TextIO | None = None,
+) -> TrainResult:
+    """Train a policy; returns the run directory and the last iteration's metrics.
+
+    Args:
+        config: a YAML path, a dict of blocks, or a Config (ignored with `resume`).
+        overrides: dotted KEY.PATH=VALUE overrides, as on the command line.
+        run_dir: where the run goes (else trainer.run_dir, else runs/<name>-seed<seed>-<time>);
+            it must not exist or be empty.
+        callbacks: called after every iteration (see `Callback`); one returning True stops the
+            run gracefully (checkpoint written, `stopped` in the result).
+        resume: a run directory (or one of its checkpoints) to continue instead; `overrides`
+            may then change only what does not change learning (trainer.total_steps, ...).
+        use_intact: on resume, when latest.pt is unreadable, continue from the newest intact
+            checkpoint (else that is an error naming it).
+        stop: polled between iterations; True stops gracefully (the command's signal handler).
+        progress: where the progress line goes (default stdout).
+    """
+    with _session(config, overrides, run_dir, resume, use_intact, progress) as session:
+        if isinstance(session, TrainResult):
+            return session
+        return run_training(session, callbacks, stop)
+
+
+def evaluate(
+    source: str | Path,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int | None = None,
+    device: str = "cpu",
+    video: str | Path | bool | None = None,
+    json_path: str | Path | None = None,
+    verbose: bool = False,
+    overrides: Sequence[str] = (),
+    sweeps: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Run evaluation episodes of a run directory's (or checkpoint's) policy, as the `eval`
+    command does (eval.json written beside it); returns its summary: mean_return, std_return,
+    success_rate, every episode's return, length and seed, the video path.
+
+    Args:
+        video: True for the default path (RUN_DIR/videos/...), or an mp4 path.
+        verbose: print each episode, as the command does.
+        overrides: `env.kwargs.KEY=VALUE` conditions to evaluate under instead of the run's.
+        sweeps: `env.kwargs.KEY=[v1, v2]`: the episodes again under each value (`sweep`).
+    """
+    import io
+
+    from embodied_ppo.app.evaluate import evaluate_command
+
+    video_arg = "" if video is True else (None if video in (None, False) else str(video))
+    return evaluate_command(
+        str(source),
+        episodes=episodes,
+        deterministic=deterministic,
+        seed=seed,
+        device=device,
+        video=video_arg,
+        json_path=None if json_path is None else str(json_path),
+        out=None if verbose else io.StringIO(),
+        overrides=list(overrides),
+        sweeps=list(sweeps),
+    )
