@@ -13,12 +13,12 @@ from toy_envs import register_dict
 from embodied_ppo.app.deploy import load_policy
 from embodied_ppo.app.export import export_policy
 from embodied_ppo.core.errors import ConfigError
-from embodied_ppo.runner.preflight import check_run
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.encoders import CNNSpec, ImageEncoder, SpatialSoftmax, cnn_output_size
 from embodied_ppo.model.export import onnx_bytes, torchscript_bytes
 from embodied_ppo.model.inference import DictPolicyNet
+from embodied_ppo.runner.preflight import check_run
 from embodied_ppo.runner.trainer import Trainer
 
 

@@ -10,9 +10,8 @@ from embodied_ppo.config.loading import load_config
 from embodied_ppo.config.resume import check_resume_overrides
 from embodied_ppo.config.scale import per_process
 from embodied_ppo.core.errors import ConfigError
-from embodied_ppo.runner.preflight import check_run
 from embodied_ppo.model.actor_critic import ActorCritic
-from embodied_ppo.runner.preflight import inference_path, resolve_device
+from embodied_ppo.runner.preflight import check_run, inference_path, resolve_device
 
 
 @pytest.mark.parametrize(
