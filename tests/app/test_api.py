@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY, tiny_config
+from support import ROOT
 
 import embodied_ppo
 from embodied_ppo.app import cli
 from embodied_ppo.core.errors import CheckpointError, UserError
 from embodied_ppo.io.checkpoint import load_checkpoint
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def quiet(**kw):

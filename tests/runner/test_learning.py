@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support import ROOT
 
 from embodied_ppo.config.loading import load_config
 from embodied_ppo.env.gym_backend import GymnasiumVecEnv as VecEnv
@@ -14,7 +15,7 @@ from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.trainer import Trainer
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = ROOT / "configs"
 
 pytestmark = pytest.mark.learning
 

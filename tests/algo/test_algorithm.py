@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 from conftest import tiny_config
-from test_modules import spec
-from test_ppo import random_batch
+from support import random_batch, spec
 
 from embodied_ppo.algo.advantages import (
     discounted_returns,

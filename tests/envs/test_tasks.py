@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from support import ROOT
 
 TASKS = list(embodied_ppo_envs.TASKS)
 
@@ -250,13 +251,12 @@ def test_task_frames_films_a_trained_policy_as_a_strip(tmp_path):
     import io
     import subprocess
     import sys
-    from pathlib import Path
 
     import imageio.v3 as iio
 
     import embodied_ppo
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     run = tmp_path / "run"
     cfg = {"env": {"id": "Hopper-v5", "num_envs": 2}, "model": {"hidden_sizes": [8]}}
     cfg["algorithm"] = {"rollout_steps": 16, "update_epochs": 1, "minibatch_size": 32}

@@ -7,33 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from support import spec
 from torch import distributions as D
 
 from embodied_ppo.algo.reward_scaling import RewardScaler, discounted_scan
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.distributions import Categorical, DiagGaussian
 from embodied_ppo.model.normalizer import ObsNormalizer, RunningMeanStd
-
-
-def spec(kind="gaussian", **kw):
-    s = {
-        "obs_dim": 5,
-        "action_kind": kind,
-        "action_dim": 3,
-        "action_low": [-1.0, -2.0, -0.5] if kind == "gaussian" else None,
-        "action_high": [1.0, 2.0, 0.5] if kind == "gaussian" else None,
-        "hidden_sizes": [32, 16],
-        "activation": "tanh",
-        "share_backbone": True,
-        "log_std_init": -0.3,
-        "state_dependent_std": False,
-        "init": "orthogonal",
-        "normalize_obs": True,
-        "clip_obs": 10.0,
-        "env_id": "test",
-    }
-    s.update(kw)
-    return s
 
 
 def test_gaussian_matches_torch_distributions():

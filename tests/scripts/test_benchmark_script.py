@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import ROOT
 
 import embodied_ppo
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "benchmark_mujoco.py"
 
 

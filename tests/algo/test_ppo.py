@@ -8,59 +8,16 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from test_modules import spec
+from support import ROOT, make_update, random_batch, spec
 
 from embodied_ppo.algo.minibatches import minibatch_indices
 from embodied_ppo.algo.schedules import adapt_learning_rate, learning_rate
 from embodied_ppo.algo.update import NonFiniteError, PPOUpdate, make_optimizer
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.model.actor_critic import ActorCritic
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def random_batch(kind="gaussian", n=48, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    actions = (
-        torch.randn(n, 3, generator=g)
-        if kind == "gaussian"
-        else torch.randint(0, 3, (n,), generator=g)
-    )
-    return {
-        "obs": torch.randn(n, 5, generator=g),
-        "actions": actions,
-        "logprobs": torch.randn(n, generator=g) * 0.1 - 3.0,
-        "values": torch.randn(n, generator=g),
-        "advantages": torch.randn(n, generator=g),
-        "returns": torch.randn(n, generator=g),
-        "mask": torch.ones(n),
-    }
-
-
-def make_update(
-    kind="gaussian", micro=None, algo_kw=None, optim_kw=None, seed=0, compile=False, batch=None
-):
-    """Run one update of 3 epochs over a random batch; returns (policy, metrics)."""
-    torch.manual_seed(seed)
-    policy = ActorCritic(spec(kind))
-    policy.obs_normalizer.update(torch.randn(100, 5) * 3)
-    algo_kw = {"minibatch_size": 16, "update_epochs": 3, **(algo_kw or {})}
-    algo = AlgorithmConfig(micro_batch_size=micro, entropy_bonus=0.01, clip_ratio_c=3.0, **algo_kw)
-    optim = OptimConfig(lr=1e-3, **(optim_kw or {}))
-    upd = PPOUpdate(
-        policy,
-        algo,
-        optim,
-        make_optimizer(policy, optim),
-        torch.Generator().manual_seed(1),
-        compile=compile,
-    )
-    metrics = upd.update(batch if batch is not None else random_batch(kind), 8)
-    return policy, metrics
 
 
 def updater(policy, algo=None, optim=None, **kw):

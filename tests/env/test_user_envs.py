@@ -8,17 +8,15 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import TINY, tiny_config
+from support import ROOT
 
 from embodied_ppo.config.schema import WrapperConfig
 from embodied_ppo.env.make import make_one
 from embodied_ppo.io.checkpoint import load_checkpoint
-
-ROOT = Path(__file__).resolve().parents[1]
 
 ROBOT = '''
 """A user's own env module: registers MyRobot-v0 when imported."""

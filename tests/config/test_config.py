@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from support import ROOT
 
 from embodied_ppo.config.building import from_dict, upgrade
 from embodied_ppo.config.loading import apply_overrides, dump_yaml, load_config, load_yaml
@@ -161,7 +160,7 @@ def test_a_runs_own_saved_config_drops_removed_keys():
     assert saved["trainer"]["update"] == "auto"  # the caller's dict is left alone
 
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = ROOT / "configs"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))

@@ -5,40 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_config
+from support import build
 from toy_envs import register
 
-from embodied_ppo.algo.reward_scaling import RewardScaler
-from embodied_ppo.env.gym_backend import GymnasiumVecEnv
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.snapshot import NumpyPolicy
-from embodied_ppo.runner.buffer import RolloutBuffer
-from embodied_ppo.runner.build import policy_spec
-from embodied_ppo.runner.collector import Collector
-from embodied_ppo.runner.preflight import inference_path
-
-CPU = torch.device("cpu")
-
-
-def build(cfg, micro=None, inference="auto"):
-    torch.manual_seed(cfg.trainer.seed)
-    envs = GymnasiumVecEnv(cfg.env, cfg.trainer.seed)
-    policy = ActorCritic(policy_spec(cfg, envs.info))
-    gaussian = envs.info.action_kind == "gaussian"
-    buf = RolloutBuffer(
-        cfg.algorithm.rollout_steps,
-        cfg.env.num_envs,
-        envs.info.obs_dim,
-        (envs.info.action_dim,) if gaussian else (),
-        torch.float32 if gaussian else torch.int64,
-        CPU,
-    )
-    scaler = RewardScaler(
-        cfg.env.num_envs, cfg.algorithm.gamma, cfg.env.normalize_reward, cfg.env.clip_reward
-    )
-    path = inference_path(inference, policy, cfg.env.num_envs)
-    col = Collector(envs, policy, buf, scaler, CPU, path, micro)
-    col.start()
-    return envs, policy, buf, col
 
 
 def counting_config(**env):

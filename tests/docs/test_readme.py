@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(
     r"<!-- runnable(?::(?P<subs>.*?))? -->\n```(?P<lang>\w+)\n(?P<code>.*?)\n```", re.S
 )

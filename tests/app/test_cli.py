@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import TINY
+from support import ROOT
 
 from embodied_ppo.io.checkpoint import load_checkpoint
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, cwd=None):

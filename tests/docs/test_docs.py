@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
+from support import ROOT
 
 from embodied_ppo import config as C
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (ROOT / "README.md").read_text()
 BLOCKS = {
     "env": C.EnvConfig,
     "model": C.ModelConfig,

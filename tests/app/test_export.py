@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
+from support import ROOT
 
 from embodied_ppo.app.cli import main
 from embodied_ppo.app.deploy import load_policy, policy_from_state
@@ -208,7 +209,7 @@ def test_load_policy_needs_torch_only(runs, tmp_path):
     obs = random_obs(3, 5, seed=7).numpy()
     np.save(tmp_path / "obs.npy", obs)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run(
         [
             sys.executable,

@@ -18,6 +18,7 @@ import pytest
 import torch
 from conftest import TINY, tiny_config
 from gymnasium import spaces
+from support import ROOT
 
 from embodied_ppo.app import cli
 from embodied_ppo.core.errors import TrainingError
@@ -30,9 +31,6 @@ from embodied_ppo.io.checkpoint import (
 )
 from embodied_ppo.io.metrics import trim_metrics
 from embodied_ppo.runner.trainer import Trainer
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 # ----------------------------------------------------------------------- SIGKILL mid-write
 # A child that writes checkpoints with a 16 MB tensor in a loop. When told to, it stops inside

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config
+from support import ROOT
 
 from embodied_ppo.app import cli
 from embodied_ppo.app.signals import GracefulStop, Interrupted
@@ -20,7 +21,6 @@ from embodied_ppo.config.loading import load_config
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.runner.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
 # A CartPole run long enough to be interrupted; constant lr, so that where it stops does not
 # change the schedule, and one thread, so that it computes exactly what this process computes.
 LONG = [

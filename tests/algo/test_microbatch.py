@@ -13,8 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_config
-from test_losses import KW, actor_critic_loss
-from test_ppo import make_update, random_batch
+from support import KW, actor_critic_loss, make_update, random_batch
 
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.trainer import Trainer
@@ -168,7 +167,7 @@ def test_micro_batch_sizes_do_not_change_training(tmp_path, env_id):
 
 
 def test_rollout_micro_batch_size_does_not_change_collection():
-    from test_collector import build
+    from support import build
 
     for inference in ("host", "device"):
         results = []

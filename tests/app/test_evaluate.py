@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
+from support import ROOT
 
 from embodied_ppo.app.cli import main
 from embodied_ppo.app.deploy import load_policy
@@ -24,7 +25,7 @@ from embodied_ppo.io.render import probe_backend
 from embodied_ppo.runner.episodes import eval_seeds
 from embodied_ppo.runner.trainer import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 def train_tiny(run_dir: Path, env_id: str = "CartPole-v1", **trainer) -> Trainer:

@@ -6,37 +6,9 @@ import math
 
 import pytest
 import torch
+from support import KW, actor_critic_loss
 
-from embodied_ppo.algo.losses import explained_variance, ppo_loss, value_error
-
-
-def actor_critic_loss(
-    logprob, old_logprob, advantages, values, old_values, returns, entropy, *, denom=None, **kw
-):
-    """ppo_loss with token-mean weights: every token counts 1 / denom (default: the batch size)."""
-    weights = torch.full_like(advantages, 1.0 / (denom or advantages.shape[0]))
-    return ppo_loss(
-        logprob,
-        old_logprob,
-        advantages,
-        entropy,
-        weights,
-        values=values,
-        old_values=old_values,
-        returns=returns,
-        **kw,
-    )
-
-
-KW = dict(
-    clip_ratio_low=0.2,
-    clip_ratio_high=0.3,
-    clip_ratio_c=None,
-    value_clip=None,
-    huber_delta=None,
-    entropy_bonus=0.0,
-    value_loss_coef=0.0,
-)
+from embodied_ppo.algo.losses import explained_variance, value_error
 
 
 def policy_only(ratio, adv, **kw):

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
-from test_collector import build
-from test_modules import spec
+from support import build, spec
 from torch import nn
 
 from embodied_ppo.model.actor_critic import ActorCritic

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import ROOT
 
 from embodied_ppo.io.checkpoint import load_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).with_name("dist_worker.py")
+WORKER = ROOT / "tests" / "dist_worker.py"
 
 # 16 steps x E envs per process; one minibatch per epoch (the whole batch of each process).
 BASE = [
