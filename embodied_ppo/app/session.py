@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from embodied_ppo.app.results import Callback, Run, TrainResult
-from embodied_ppo.config.schema import Config
+from embodied_ppo.config.schema import Config, with_values
 from embodied_ppo.core.errors import ConfigError, UserError
 from embodied_ppo.runner import distributed
 
@@ -46,7 +46,7 @@ def _config(
             f"config: got {type(config).__name__}, expected a YAML path, dict or Config"
         )
     if run_dir is not None:
-        cfg.trainer.run_dir = str(run_dir)
+        cfg = with_values(cfg, trainer__run_dir=str(run_dir))
     return cfg, name
 
 
@@ -75,7 +75,7 @@ def _new_run(cfg: Config, name: str) -> tuple[Config, Path, bool]:
         if distributed.is_main():
             raise ConfigError(error)
         raise QuietError(error)  # already reported by process 0
-    cfg.trainer.run_dir = run_dir_text
+    cfg = with_values(cfg, trainer__run_dir=run_dir_text)
     return cfg, Path(run_dir_text), created
 
 

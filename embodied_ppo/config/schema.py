@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
-@dataclass
+@dataclass(frozen=True)
 class WrapperConfig:
     """One entry of `env.wrappers`: a Gymnasium wrapper and its keyword arguments."""
 
@@ -15,7 +15,7 @@ class WrapperConfig:
     kwargs: dict = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvConfig:
     """The `env:` block."""
 
@@ -40,7 +40,7 @@ class EnvConfig:
     clip_reward: float | None = 10.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """The `model:` block."""
 
@@ -79,7 +79,7 @@ KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"]
 CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus")
 
 
-@dataclass
+@dataclass(frozen=True)
 class KLCtrlConfig:
     """`algorithm.kl_ctrl:` the in-reward KL coefficient controller."""
 
@@ -89,7 +89,7 @@ class KLCtrlConfig:
     horizon: int = 10000
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlgorithmConfig:
     """The `algorithm:` block; the first keys keep the source documents' names verbatim."""
 
@@ -132,7 +132,7 @@ class AlgorithmConfig:
     reference_checkpoint: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig:
     """The `optim:` block."""
 
@@ -145,7 +145,7 @@ class OptimConfig:
     max_grad_norm: float | None = 0.5
 
 
-@dataclass
+@dataclass(frozen=True)
 class WandbConfig:
     """`trainer.wandb:` Weights & Biases logging (pip install 'embodied-ppo[wandb]')."""
 
@@ -156,7 +156,7 @@ class WandbConfig:
     tags: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainerConfig:
     """The `trainer:` block."""
 
@@ -183,7 +183,7 @@ class TrainerConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -201,3 +201,19 @@ class Config:
     def batch_size(self) -> int:
         """Transitions per iteration: rollout_steps x num_envs."""
         return self.algorithm.rollout_steps * self.env.num_envs
+
+
+def with_values(cfg: Config, **values: object) -> Config:
+    """A copy of `cfg` with keys changed, by dotted path with `__` for the dots (a Config is
+    never changed in place): `with_values(cfg, trainer__run_dir="runs/x")`."""
+    out = cfg
+    for path, value in values.items():
+        out = _replace(out, path.split("__"), value)
+    return out
+
+
+def _replace(block: object, parts: list[str], value: object) -> object:
+    if len(parts) == 1:
+        return dataclasses.replace(block, **{parts[0]: value})
+    child = getattr(block, parts[0])
+    return dataclasses.replace(block, **{parts[0]: _replace(child, parts[1:], value)})

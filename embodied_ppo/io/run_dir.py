@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from embodied_ppo.config.resume import _learning_keys
+from embodied_ppo.config.schema import with_values
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
 from embodied_ppo.io.checkpoint import (
     checkpoints_dir,
@@ -54,7 +55,7 @@ def create_run_dir(cfg: Config, name: str) -> tuple[Config, Path, bool]:
         raise ConfigError(
             f"trainer.run_dir: cannot create {str(run_dir)!r}: {exc.strerror}"
         ) from None
-    cfg.trainer.run_dir = str(run_dir)
+    cfg = with_values(cfg, trainer__run_dir=str(run_dir))
     try:
         atomic_write_bytes(run_dir / "config.yaml", dump_yaml(cfg).encode())
     except OSError as exc:

@@ -21,7 +21,7 @@ from embodied_ppo.algo.advantages import (
 from embodied_ppo.algo.kl import adaptive_kl_coef, kl_estimate
 from embodied_ppo.algo.minibatches import aggregation_weights
 from embodied_ppo.algo.update import PPOUpdate, make_optimizer
-from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
+from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig, with_values
 from embodied_ppo.core.errors import CheckpointError, ConfigError
 from embodied_ppo.env.seeding import group_seeds
 from embodied_ppo.io.checkpoint import load_checkpoint
@@ -514,6 +514,7 @@ def test_invalid_combinations_are_rejected(algo, env, fragment):
 
 def test_episodic_estimators_need_a_fitting_time_limit(tmp_path):
     cfg = tiny_config("CartPole-v1", **grpo_blocks())
-    cfg.env.max_episode_steps = None  # CartPole's registered limit is 500 > rollout_steps 20
+    # CartPole's registered limit is 500 > rollout_steps 20
+    cfg = with_values(cfg, env__max_episode_steps=None)
     with pytest.raises(ConfigError, match="must be >= the episode limit 500"):
         Trainer(cfg, tmp_path)

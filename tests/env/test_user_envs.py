@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -113,14 +114,13 @@ def test_wrappers_apply_in_order(robot):
     cfg = tiny_config("MyRobot-v0", env={"imports": ["my_robot"]}).env
     plain = make_one(cfg)
     x, _ = plain.reset(seed=0)
-    cfg.wrappers = [WrapperConfig("my_robot:AddOne"), WrapperConfig("my_robot:Double")]
-    obs, _ = make_one(cfg).reset(seed=0)
+    both = [WrapperConfig("my_robot:AddOne"), WrapperConfig("my_robot:Double")]
+    obs, _ = make_one(replace(cfg, wrappers=both)).reset(seed=0)
     assert np.allclose(obs, (x + 1.0) * 2.0)  # AddOne first, then Double around it
-    cfg.wrappers = cfg.wrappers[::-1]
-    obs, _ = make_one(cfg).reset(seed=0)
+    obs, _ = make_one(replace(cfg, wrappers=both[::-1])).reset(seed=0)
     assert np.allclose(obs, x * 2.0 + 1.0)
-    cfg.wrappers = [WrapperConfig("TimeAwareObservation")]  # a Gymnasium wrapper, by name
-    obs, _ = make_one(cfg).reset(seed=0)
+    gym_wrapper = [WrapperConfig("TimeAwareObservation")]  # a Gymnasium wrapper, by name
+    obs, _ = make_one(replace(cfg, wrappers=gym_wrapper)).reset(seed=0)
     assert obs.shape == (4,) and obs[-1] == 0.0
 
 

@@ -12,6 +12,7 @@ from toy_envs import register_dict
 
 from embodied_ppo.app.deploy import load_policy
 from embodied_ppo.app.export import export_policy
+from embodied_ppo.config.schema import with_values
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
@@ -188,7 +189,7 @@ def test_compiled_training_on_dict_observations_matches_eager(tmp_path, cnn):
     eager = Trainer(dict_config(**cnn), tmp_path / "e", progress_stream=io.StringIO())
     eager.train()
     cfg = dict_config(**cnn)
-    cfg.trainer.compile = True
+    cfg = with_values(cfg, trainer__compile=True)
     compiled = Trainer(cfg, tmp_path / "c", progress_stream=io.StringIO())
     compiled.train()
     for k, v in eager.policy.state_dict().items():

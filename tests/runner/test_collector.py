@@ -8,6 +8,7 @@ from conftest import tiny_config
 from support import build
 from toy_envs import register
 
+from embodied_ppo.config.schema import with_values
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.snapshot import NumpyPolicy
 
@@ -62,7 +63,7 @@ def test_termination_marks_terminated_not_truncated():
 
 def test_actions_clipped_at_env_boundary_buffer_keeps_sample():
     cfg = counting_config()
-    cfg.model.log_std_init = 2.0  # std ~ 7.4: most samples fall outside [-1, 1]
+    cfg = with_values(cfg, model__log_std_init=2.0)  # std ~ 7.4: most samples fall outside [-1, 1]
     envs, _, buf, col = build(cfg)
     col.collect()
     envs.close()
@@ -161,7 +162,7 @@ def test_the_first_rollout_is_normalized_with_its_own_statistics(inference, shar
 @pytest.mark.parametrize("share", [True, False])
 def test_the_first_rollouts_truncations_bootstrap_with_the_normalized_critic(share):
     cfg = counting_config(max_episode_steps=3, normalize_obs=True, clip_obs=10.0)
-    cfg.model.share_backbone = share
+    cfg = with_values(cfg, model__share_backbone=share)
     envs, policy, buf, col = build(cfg)
     col.collect()
     envs.close()

@@ -10,6 +10,7 @@ import torch
 from support import ROOT
 
 from embodied_ppo.config.loading import load_config
+from embodied_ppo.config.schema import with_values
 from embodied_ppo.env.gym_backend import GymnasiumVecEnv as VecEnv
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.learning
 
 def greedy_return(policy: ActorCritic, cfg, episodes: int = 8, seed: int = 12345) -> float:
     """Mean return of the deterministic policy over `episodes` fresh episodes (one per env)."""
-    cfg.env.num_envs = episodes
+    cfg = with_values(cfg, env__num_envs=episodes)
     returns = np.full(episodes, np.nan)
     with VecEnv(cfg.env, seed) as envs, torch.no_grad():
         obs = envs.reset()

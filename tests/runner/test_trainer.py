@@ -10,6 +10,7 @@ from conftest import tiny_config
 
 from embodied_ppo.algo.advantages import compute_advantages
 from embodied_ppo.algo.batch import prepare_batch, refresh_advantages
+from embodied_ppo.config.schema import with_values
 from embodied_ppo.core.errors import CheckpointError, TrainingError
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
@@ -77,7 +78,7 @@ def test_resume_continues_the_run(tmp_path):
     cfg = tiny_config("Pendulum-v1", trainer={"total_steps": 64, "checkpoint_interval": 1})
     first = train(cfg, tmp_path)
     state = load_checkpoint(tmp_path)
-    cfg.trainer.total_steps = 128
+    cfg = with_values(cfg, trainer__total_steps=128)
     resumed = Trainer(cfg, tmp_path, resume=state)
     assert resumed.global_step == 64 and resumed.iteration == 2
     # Everything the run learned is restored before training continues.
