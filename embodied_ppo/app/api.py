@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from embodied_ppo.app.export import ExportResult, export_policy
 from embodied_ppo.app.results import Callback, TrainResult
 from embodied_ppo.app.session import _session, run_training
 from embodied_ppo.config.schema import Config
@@ -97,3 +98,37 @@ def evaluate(
         overrides=list(overrides),
         sweeps=list(sweeps),
     )
+
+
+def export(
+    source: str | Path, format: str = "torchscript", out: str | Path | None = None
+) -> ExportResult:
+    """Write a run's (or checkpoint's) deployable policy as TorchScript or ONNX, as the
+    `export` command does, with a JSON of shapes, bounds and provenance beside it.
+
+    Args:
+        source: a run directory (its checkpoints/latest.pt) or a checkpoint file.
+        format: "torchscript" (what libtorch loads) or "onnx" (needs `.[onnx]`).
+        out: the file to write; default RUN_DIR/exported/policy-<step>.pt (or .onnx).
+
+    Returns:
+        ExportResult(path, metadata_path, metadata).
+    """
+    return export_policy(source, format, out)
+
+
+def plot(
+    runs: Sequence[str | Path],
+    out: str | Path = "curves.png",
+    smooth: int = 1,
+    title: str | None = None,
+) -> Path:
+    """Draw the learning curves of run directories into a PNG, as the `plot` command does
+    (needs `.[plot]`); runs that differ only in their seed are drawn as one mean with a band.
+
+    Returns:
+        The PNG's path.
+    """
+    from embodied_ppo.app.plot import plot_runs
+
+    return plot_runs([str(r) for r in runs], str(out), smooth=smooth, title=title)

@@ -1,10 +1,11 @@
-"""The `export` command: the deployable policy as TorchScript or ONNX, and a JSON of shapes, bounds and provenance beside it."""
+"""The `export` command: the deployable policy as TorchScript or ONNX, and a JSON of shapes,
+bounds and provenance beside it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from embodied_ppo.app.deploy import policy_from_state
 from embodied_ppo.core.errors import ExportError
@@ -22,7 +23,14 @@ from embodied_ppo.model.export import (
 from embodied_ppo.model.inference import is_recurrent
 
 
-# ------------------------------------------------------------------------------------ export
+class ExportResult(NamedTuple):
+    """What `export` wrote: the policy file, the JSON beside it, and that JSON's contents."""
+
+    path: Path
+    metadata_path: Path
+    metadata: dict[str, Any]
+
+
 def default_export_path(checkpoint: Path, fmt: str, global_step: int | None) -> Path:
     """``<run_dir>/exported/policy-<step>.pt|.onnx`` for a checkpoint inside a run directory,
     else a file beside the checkpoint."""
@@ -44,15 +52,10 @@ def _check_format(fmt: str) -> None:
         raise ExportError(f"--format: got {fmt!r}, allowed: {' | '.join(FORMATS)}")
 
 
-def export_policy(
-    source: str | Path, fmt: str, out: str | Path | None = None
-) -> tuple[Path, Path, dict[str, Any]]:
+def export_policy(source: str | Path, fmt: str, out: str | Path | None = None) -> ExportResult:
     """Export a checkpoint's inference policy as TorchScript or ONNX, plus a metadata JSON.
 
     Nothing is written unless the export succeeds; both files are written atomically.
-
-    Returns:
-        (exported file, metadata JSON, metadata dict).
     """
     _check_format(fmt)
     if fmt == "onnx":
@@ -121,4 +124,4 @@ def export_policy(
         atomic_write_bytes(metadata_path(out_path), (json.dumps(meta, indent=2) + "\n").encode())
     except OSError as exc:
         raise ExportError(f"--out: cannot write {out_path}: {exc.strerror}") from None
-    return out_path, metadata_path(out_path), meta
+    return ExportResult(out_path, metadata_path(out_path), meta)
