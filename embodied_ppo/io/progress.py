@@ -18,6 +18,7 @@ class Progress:
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.total, self.period = total_steps, period
         self.last_print = -math.inf
+        self.open_line = False  # a terminal's progress line waits for its newline
 
     def update(
         self,
@@ -43,9 +44,17 @@ class Progress:
         )
         if self.tty:
             self.stream.write("\r\033[K" + line + ("\n" if final else ""))
+            self.open_line = not final
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def close(self) -> None:
+        """End the progress line, so that what is printed next starts on a line of its own."""
+        if self.open_line:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open_line = False
 
     def note(self, text: str) -> None:
         """A line of its own (on a terminal, in place of the progress line, which follows)."""

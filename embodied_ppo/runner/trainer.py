@@ -209,11 +209,11 @@ class Trainer(RunState):
             ) from None
         self.collector.merge_obs_statistics()
         t2 = time.perf_counter()
-        if note is not None:
-            clock.one_off(t2 - t1)  # the ETA leaves the compilation out
         if self.world > 1:
             stats = RolloutStats(*distributed.gather_episodes(stats))
         self.global_step += stats.steps
+        if note is not None:
+            clock.restart_eta(self.global_step)  # the ETA leaves the compilation out
         self.iteration += 1
         self.recent_returns.extend(stats.episode_returns)
         timing = IterationTiming(lr, clock.sps(self.global_step), t1 - t0, t2 - t1)
@@ -262,10 +262,11 @@ class Trainer(RunState):
             clock.sps(self.global_step),
             self.mean_recent_return(),
             final=final,
-            eta_sps=clock.sps(self.global_step, leave_out_one_offs=True),
+            eta_sps=clock.eta_sps(self.global_step),
         )
 
     def _close(self, logger: MetricsLogger | None) -> None:
+        self.progress.close()
         if logger is not None:
             logger.close()
         self.envs.close()
@@ -278,18 +279,25 @@ class Trainer(RunState):
 
 
 class _Clock:
-    """Wall time and steps since training (re)started, and one-off costs to leave out of the
-    ETA (compiling the update)."""
+    """Wall time and steps since training (re)started, and the rate the ETA uses, measured
+    after the iteration that compiled the update."""
 
     def __init__(self, start_step: int) -> None:
-        self.start, self.start_step, self.one_offs = time.perf_counter(), start_step, 0.0
+        self.start, self.start_step = time.perf_counter(), start_step
+        self.eta_start, self.eta_step = self.start, start_step
 
     def elapsed(self) -> float:
+        """Seconds since training (re)started."""
         return time.perf_counter() - self.start
 
-    def one_off(self, seconds: float) -> None:
-        self.one_offs += seconds
+    def sps(self, step: int) -> float:
+        """Environment steps per second since training (re)started."""
+        return (step - self.start_step) / max(self.elapsed(), 1e-9)
 
-    def sps(self, step: int, leave_out_one_offs: bool = False) -> float:
-        seconds = self.elapsed() - (self.one_offs if leave_out_one_offs else 0.0)
-        return (step - self.start_step) / max(seconds, 1e-9)
+    def restart_eta(self, step: int) -> None:
+        """Measure the ETA's rate from now on (a one-off cost has just ended)."""
+        self.eta_start, self.eta_step = time.perf_counter(), step
+
+    def eta_sps(self, step: int) -> float:
+        """Steps per second since the ETA's start (0: not measured yet, the ETA shows ?)."""
+        return (step - self.eta_step) / max(time.perf_counter() - self.eta_start, 1e-9)
