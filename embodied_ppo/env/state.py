@@ -33,6 +33,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from embodied_ppo.core.text import first_line
+from embodied_ppo.io.render import gl_failure_hint
+
 # Attributes with no effect on what the env returns: render handles, construction arguments and
 # the env checker's copy of the last observation (it only feeds a one-time warning).
 _SKIPPED_NAMES = frozenset(
@@ -287,8 +290,10 @@ class TrackedEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.index = index
 
     def _failure(self, where: str, exc: Exception) -> EnvFailure:
+        hint = gl_failure_hint(exc)  # an env that renders, where no OpenGL context could be made
         return EnvFailure(
-            f"environment {self.index} raised {type(exc).__name__} in {where}: {exc}{_where(exc)}"
+            f"environment {self.index} raised {type(exc).__name__} in {where}: "
+            f"{first_line(exc)}{_where(exc)}" + (f"; {hint}" if hint else "")
         )
 
     def step(self, action: Any) -> Any:
