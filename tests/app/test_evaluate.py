@@ -408,6 +408,7 @@ def test_headless_backend_choice(monkeypatch, env, works, expected):
     monkeypatch.setattr(render, "_choice", None)
     monkeypatch.setattr(render.sys, "platform", "linux")
     monkeypatch.setattr(render, "probe_backend", lambda backend: backend in works)
+    monkeypatch.setattr(render, "egl_device_initializes", lambda: "egl" in works)
     monkeypatch.delitem(sys.modules, "OpenGL", raising=False)
     choice = render.configure_headless_gl()
     assert choice.backend == expected
