@@ -39,7 +39,10 @@ def _mujoco_warning(message: str) -> None:
 
 
 def _route_mujoco_warnings() -> None:
+    """Send MuJoCo's warnings to `_mujoco_warning` (where MuJoCo is installed)."""
     try:
+        # In the function: MuJoCo is imported once an env is made, after evaluation has chosen
+        # the headless OpenGL backend; and it is optional for classic-control tasks.
         import mujoco
     except ImportError:
         return
