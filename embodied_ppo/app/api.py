@@ -21,6 +21,7 @@ from embodied_ppo.app.export import ExportResult, export_policy
 from embodied_ppo.app.results import Callback, TrainResult
 from embodied_ppo.app.session import _session, run_training
 from embodied_ppo.config.schema import Config
+from embodied_ppo.io.render import configure_headless_gl
 
 if TYPE_CHECKING:
     pass
@@ -53,6 +54,7 @@ def train(
         stop: polled between iterations; True stops gracefully (the command's signal handler).
         progress: where the progress line goes (default stdout).
     """
+    configure_headless_gl()  # before any MuJoCo import or OpenGL context (headless)
     with _session(config, overrides, run_dir, resume, use_intact, progress) as session:
         if isinstance(session, TrainResult):
             return session
@@ -81,6 +83,7 @@ def evaluate(
         overrides: `env.kwargs.KEY=VALUE` conditions to evaluate under instead of the run's.
         sweeps: `env.kwargs.KEY=[v1, v2]`: the episodes again under each value (`sweep`).
     """
+    configure_headless_gl()  # before any MuJoCo import or OpenGL context (headless)
     import io
 
     from embodied_ppo.app.evaluate import evaluate_command

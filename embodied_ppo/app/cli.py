@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
+import os
 import sys
 
 from embodied_ppo.core.errors import UserError
+from embodied_ppo.io.render import configure_headless_gl
 from embodied_ppo.runner import distributed
 
 
@@ -224,6 +226,13 @@ def main(argv: list[str] | None = None) -> None:
         if args.command is None:
             parser.print_help()
             sys.exit(2)
+        # Before anything imports MuJoCo or makes an OpenGL context: a headless machine gets an
+        # offscreen backend (EGL, then OSMesa) unless MUJOCO_GL says otherwise.
+        configure_headless_gl()
+        # A user's module beside them (env.imports=[my_robot], env.id=my_robot:MyRobot-v0) is
+        # found as `python -m embodied_ppo` finds it: the current directory is searched too.
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
         commands = {
             "train": cmd_train,
             "eval": cmd_eval,

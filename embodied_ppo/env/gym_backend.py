@@ -25,6 +25,7 @@ from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.obs import map_obs as obs_map
 from embodied_ppo.core.obs import set_obs as obs_set
+from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.env.make import make_one
 from embodied_ppo.env.protocol import StepResult, step_result
@@ -33,6 +34,7 @@ from embodied_ppo.env.serial import SerialVectorEnv
 from embodied_ppo.env.spaces import Obs, describe_spaces, finite_rows, obs_cast
 from embodied_ppo.env.state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
 from embodied_ppo.env.workers import ProcessVectorEnv, WorkerDied
+from embodied_ppo.io.render import gl_failure_hint
 
 
 def _member_logs(log: object, num_envs: int) -> Sequence[object]:
@@ -207,7 +209,11 @@ class GymnasiumVecEnv:
                 return TrainingError(
                     f"environment {i}: its worker process {process.pid} died ({how}) {where}"
                 )
-        return TrainingError(f"environment step failed ({type(exc).__name__}: {exc}) {where}")
+        hint = gl_failure_hint(exc)
+        return TrainingError(
+            f"environment step failed ({type(exc).__name__}: {first_line(exc)}) {where}"
+            + (f"; {hint}" if hint else "")
+        )
 
     # ------------------------------------------------------------------ exact resume
     def get_state(self) -> CheckpointState:

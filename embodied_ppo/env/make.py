@@ -9,6 +9,7 @@ import warnings
 import gymnasium as gym
 
 from embodied_ppo.config.schema import EnvConfig
+from embodied_ppo.io.render import configure_headless_gl
 
 
 def episode_limit(cfg: EnvConfig) -> int | None:
@@ -75,6 +76,8 @@ def make_one(cfg: EnvConfig, render_mode: str | None = None, wrap: bool = True) 
     _route_mujoco_warnings()
     import_env_modules(cfg)
     kwargs = dict(cfg.kwargs)
+    if render_mode is not None or kwargs.get("render_mode") is not None:
+        configure_headless_gl()  # before the env (or Gymnasium's renderer) makes a GL context
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if render_mode is not None:

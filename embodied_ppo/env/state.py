@@ -34,6 +34,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from embodied_ppo.core.text import first_line
+from embodied_ppo.io.render import gl_failure_hint
+
 if TYPE_CHECKING:
     from mujoco import MjData, MjModel
 
@@ -294,8 +297,10 @@ class TrackedEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.index = index
 
     def _failure(self, where: str, exc: Exception) -> EnvFailure:
+        hint = gl_failure_hint(exc)  # an env that renders, where no OpenGL context could be made
         return EnvFailure(
-            f"environment {self.index} raised {type(exc).__name__} in {where}: {exc}{_where(exc)}"
+            f"environment {self.index} raised {type(exc).__name__} in {where}: "
+            f"{first_line(exc)}{_where(exc)}" + (f"; {hint}" if hint else "")
         )
 
     def step(

@@ -12,7 +12,10 @@ This module imports only the standard library, so callers can use it before anyt
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -67,6 +70,48 @@ def probe_backend(backend: str, timeout: float = 60.0) -> bool:
     return result.returncode == 0
 
 
+EGL_PLATFORM_DEVICE_EXT = 0x313F
+
+
+def egl_device_initializes() -> bool:
+    """Whether an EGL device of this machine initializes, as MuJoCo's EGL backend needs (the
+    device platform, no display), checked through the EGL library directly: no PyOpenGL import,
+    so no OpenGL platform is pinned in this process."""
+    name = ctypes.util.find_library("EGL")
+    if name is None:
+        return False
+    try:
+        egl = ctypes.CDLL(name)
+        egl.eglGetProcAddress.restype = ctypes.c_void_p
+        egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+        query_address = egl.eglGetProcAddress(b"eglQueryDevicesEXT")
+        display_address = egl.eglGetProcAddress(b"eglGetPlatformDisplayEXT")
+        if not query_address or not display_address:
+            return False
+        query = ctypes.CFUNCTYPE(
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_int),
+        )(query_address)
+        platform_display = ctypes.CFUNCTYPE(
+            ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)
+        )(display_address)
+        egl.eglInitialize.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        egl.eglTerminate.argtypes = [ctypes.c_void_p]
+        devices, count = (ctypes.c_void_p * 8)(), ctypes.c_int()
+        if not query(8, devices, ctypes.byref(count)):
+            return False
+        for device in devices[: count.value]:
+            display = platform_display(EGL_PLATFORM_DEVICE_EXT, device, None)
+            if display and egl.eglInitialize(display, None, None):
+                egl.eglTerminate(display)
+                return True
+    except (OSError, AttributeError):
+        return False
+    return False
+
+
 def configure_headless_gl() -> GLChoice:
     """Set MUJOCO_GL (and PYOPENGL_PLATFORM, SDL_VIDEODRIVER) for offscreen rendering.
 
@@ -94,11 +139,32 @@ def configure_headless_gl() -> GLChoice:
         _choice = GLChoice(None, "OpenGL was imported before a headless backend could be chosen")
     else:
         _choice = GLChoice(None, "no working EGL or OSMesa found")
-        for backend in ("egl", "osmesa"):
-            if probe_backend(backend):
+        # An EGL device that initializes is what MuJoCo's EGL context starts from (checked in
+        # this process in milliseconds); else a short subprocess tries each backend for real.
+        fast = "egl" if egl_device_initializes() else None
+        for backend in (fast,) if fast else ("egl", "osmesa"):
+            if backend == fast or probe_backend(backend):
                 os.environ["MUJOCO_GL"] = backend
                 _choice = GLChoice(backend, "chosen automatically: no display")
                 break
     if _choice.backend in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", _choice.backend)
     return _choice
+
+
+# Words of the errors MuJoCo, GLFW and PyOpenGL raise when no OpenGL context can be made.
+_GL_FAILURE = re.compile(r"\b(opengl|mjr_makecontext|glfw|egl\w*|osmesa|gl context)\b", re.I)
+
+
+def gl_failure_hint(exc: BaseException) -> str | None:
+    """What to set or install when `exc` is a failure to make an OpenGL context (None when it
+    is something else): the MUJOCO_GL that works here, or the libraries to install."""
+    if not _GL_FAILURE.search(f"{type(exc).__name__}: {exc}"):
+        return None
+    choice = configure_headless_gl()
+    if choice.backend in ("egl", "osmesa"):
+        return (
+            f"rendering needs MUJOCO_GL={choice.backend} ({choice.reason}) set before MuJoCo "
+            f"is imported: export MUJOCO_GL={choice.backend} before starting Python"
+        )
+    return f"rendering offscreen needs an OpenGL backend: {INSTALL_HINT}"
