@@ -98,6 +98,7 @@ def _register_tasks() -> None:
     """Register the project's own Gymnasium ids, where Gymnasium is installed (a robot stack
     that only deploys a policy needs torch alone)."""
     with contextlib.suppress(ImportError):
+        # In the function: Gymnasium may be missing (load_policy needs torch alone).
         import embodied_ppo_envs  # noqa: F401  (registers its ids on import)
 
 
