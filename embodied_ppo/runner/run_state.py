@@ -3,7 +3,7 @@
 Everything needed to continue a run exactly (docs/design.md, rule 6): the parameters, the
 optimizer, the normalizers and reward scaler, every random generator, the step, the reference
 policy and the environments in the middle of their episodes; as tensors and plain values
-(rule 5).
+(docs/design.md, rule 5).
 """
 
 from __future__ import annotations
