@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 Reduce = Callable[["Tensor"], "Tensor"]
 
 # JSON-like data, what YAML and JSON files hold: a config in its plain form, a policy spec in a
-# checkpoint, eval.json, an exported policy's metadata.
+# checkpoint, eval.json, an exported policy's metadata. (Recursive through its own name, as type
+# checkers read it; typing.get_type_hints resolves that name in this module only.)
 JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 JSONDict: TypeAlias = dict[str, JSONValue]
 

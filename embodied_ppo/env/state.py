@@ -121,8 +121,8 @@ class EnvFailure(RuntimeError):
 
 def _mujoco() -> ModuleType:
     """The mujoco module."""
-    # In the function: MuJoCo is imported only when an env holds MuJoCo data, after the
-    # headless OpenGL backend has been chosen.
+    # In the function: MuJoCo reads MUJOCO_GL when first imported, which must wait for the
+    # headless backend's choice; an env that holds MuJoCo data has imported it already.
     import mujoco
 
     return mujoco
