@@ -37,7 +37,7 @@ def probe_cpu_compiler() -> None:
         return
 
     def probe() -> None:
-        """Pick the vector instruction set (Inductor caches the answer for the process)."""
+        """Run Inductor's instruction-set probe (its answer is cached for the process)."""
         with contextlib.suppress(Exception):
             pick_vec_isa()
 

@@ -110,7 +110,8 @@ class ObsNormalizer(RunningMeanStd):
         self.refresh()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """`obs` normalized with the statistics as they are (never updated here), then clipped."""
+        """`obs` normalized with the statistics as they are (never updated here), then clipped
+        where `clip` is set."""
         if self.enabled:
             obs = (obs - self.shift) * self.scale
         if self.clip is not None:
