@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from embodied_ppo.core.version import __version__
 
@@ -80,7 +80,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
+    """A public name of the API, imported from its module on first use."""
     module = _API.get(name)
     if module is None:
         raise AttributeError(f"module 'embodied_ppo' has no attribute {name!r}")
@@ -97,6 +98,7 @@ def _register_tasks() -> None:
     """Register the project's own Gymnasium ids, where Gymnasium is installed (a robot stack
     that only deploys a policy needs torch alone)."""
     with contextlib.suppress(ImportError):
+        # In the function: Gymnasium may be missing (load_policy needs torch alone).
         import embodied_ppo_envs  # noqa: F401  (registers its ids on import)
 
 

@@ -147,7 +147,8 @@ def compute_advantages(
     gae: returns = advantages + values. The critic-free estimators work on episodic rollouts
     (one episode per env, `mask` 1 on its steps) and return the returns-to-go as the value
     targets. With `normalize` the advantages are standardized over the valid transitions of
-    the whole batch: every process's together when `reduce` sums over processes (Rule 7).
+    the whole batch: every process's together when `reduce` sums over processes
+    (docs/design.md, rule 7).
     """
     if adv_type == "gae":
         adv, ret = gae(rewards, values, next_values, terminated, ends, gamma, gae_lambda)

@@ -44,9 +44,13 @@ class Rollout(Protocol):
     last_obs: ObsTensor | None
     final_obs: list[tuple[int, Tensor, ObsTensor]]
 
-    def flat(self, *names: str) -> dict: ...
+    def flat(self, *names: str) -> dict[str, ObsTensor]:
+        """Views of the named fields with (T, N) flattened to (T*N,)."""
+        ...
 
-    def finalize_next_values(self, last_values: Tensor) -> None: ...
+    def finalize_next_values(self, last_values: Tensor) -> None:
+        """Fill next_values from the values, V(s_T) = `last_values` and the truncations."""
+        ...
 
 
 def recompute_logprobs(

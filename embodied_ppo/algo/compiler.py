@@ -29,7 +29,7 @@ def probe_cpu_compiler() -> None:
     global _PROBE
     if _PROBE is not None:
         return
-    try:
+    try:  # in the function: torch's private compiler modules, whose layout changes by version
         import torch._inductor.codecache  # noqa: F401
         import torch.utils.cpp_extension  # noqa: F401  (what building the probe imports)
         from torch._inductor.cpu_vec_isa import pick_vec_isa
@@ -37,6 +37,7 @@ def probe_cpu_compiler() -> None:
         return
 
     def probe() -> None:
+        """Run Inductor's instruction-set probe (its answer is cached for the process)."""
         with contextlib.suppress(Exception):
             pick_vec_isa()
 
@@ -53,7 +54,7 @@ def _missing_compiler(device: torch.device) -> Exception | None:
     """The error of looking for the C++ compiler torch.compile needs on the CPU, if any."""
     if device.type != "cpu":
         return None
-    try:
+    try:  # in the function: as in probe_cpu_compiler
         from torch._inductor.cpp_builder import get_cpp_compiler
     except ImportError:  # another torch layout: let the first compilation tell
         return None
@@ -66,6 +67,7 @@ def _missing_compiler(device: torch.device) -> Exception | None:
 
 def _is_compile_failure(exc: Exception) -> bool:
     """Whether `exc` comes from torch.compile's compiler stack, not from the step's own math."""
+    # In the function: torch's compiler stack takes ~1 s to import, paid where it compiles only.
     import torch._dynamo.exc as dynamo_exc
 
     if isinstance(exc, dynamo_exc.BackendCompilerFailed):

@@ -4,7 +4,7 @@ Aggregation is expressed by per-token `weights` (B,): every term is `sum(weights
 caller derives the weights from `loss_agg_func` over the whole minibatch (token-mean: mask / number
 of valid tokens; seq-mean-token-sum: mask / number of sequences; seq-mean-token-mean:
 mask / (tokens of the sequence x number of sequences)), so splitting a minibatch into
-micro-batches and summing their losses gives the minibatch loss exactly (DESIGN Rule 3).
+micro-batches and summing their losses gives the minibatch loss exactly (docs/design.md, rule 3).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def ppo_loss(
     """
 
     def agg(x: torch.Tensor) -> torch.Tensor:
+        """A per-token term aggregated like the loss: sum(weights * x)."""
         return (x * weights).sum()
 
     log_ratio = (logprob - old_logprob).clamp(-20.0, 20.0)

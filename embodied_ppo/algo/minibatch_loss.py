@@ -63,9 +63,11 @@ class MinibatchLoss:
             B = weights.shape[0] // L
 
             def time_major(x: Tensor) -> Tensor:
+                """Rows (B*L, ...) of B chunks of L steps as (L, B, ...)."""
                 return x.reshape(B, L, *x.shape[1:]).transpose(0, 1)
 
             def flat_time_major(x: Tensor) -> Tensor:
+                """Rows (B*L, ...) reordered time-major: (L*B, ...)."""
                 return time_major(x).reshape(B * L, *x.shape[1:])
 
             seq_obs = time_major(obs) if isinstance(obs, Tensor) else {

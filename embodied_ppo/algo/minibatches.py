@@ -78,7 +78,8 @@ def aggregation_weights(
     every process weights its tokens as one process holding all of them would.
     """
 
-    def total(x: Tensor) -> Tensor:  # (K,) -> (K, 1), summed over processes
+    def total(x: Tensor) -> Tensor:
+        """Denominators (K,) summed over processes, at least 1, as (K, 1)."""
         x = x.to(torch.float32)
         return (reduce(x) if reduce is not None else x).clamp(min=1.0).unsqueeze(1)
 

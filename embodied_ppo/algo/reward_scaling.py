@@ -1,7 +1,6 @@
 """Reward scaling: rewards divided by the running std of the discounted return, then clipped.
 
-Its statistics are buffers, so they travel with the checkpoint (docs/design.md, "The
-normalizer lives inside the policy").
+Its statistics are buffers, so they travel with the checkpoint (docs/design.md, rule 2).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class PPOUpdate:
     a minibatch is whole chunks, each starting from the state stored at its first step.
     A minibatch is one call of the (compiled) gradient step; with `micro_batch_size`, or across processes, its gradient is
     accumulated over micro-batches (weighted with the minibatch's aggregation weights, so the sum
-    is the minibatch gradient: Rule 3), all-reduced, then applied.
+    is the minibatch gradient: docs/design.md, rule 3), all-reduced, then applied.
 
     Args:
         optimizer: the Adam that holds the policy's parameters (and whose state is saved).
@@ -92,6 +92,7 @@ class PPOUpdate:
         return float(self.optimizer.param_groups[0]["lr"])
 
     def set_lr(self, lr: float) -> None:
+        """Set the optimizer's learning rate (every parameter group)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 

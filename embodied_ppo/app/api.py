@@ -13,22 +13,23 @@ work on it. One writer per run directory: it is locked while a run trains.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TextIO
 
+from embodied_ppo.app.evaluate import evaluate_command
 from embodied_ppo.app.export import ExportResult, export_policy
+from embodied_ppo.app.plot import plot_runs
 from embodied_ppo.app.results import Callback, TrainResult
 from embodied_ppo.app.session import _session, run_training
 from embodied_ppo.config.schema import Config
+from embodied_ppo.core.types import ConfigDict, JSONDict
 from embodied_ppo.io.render import configure_headless_gl
-
-if TYPE_CHECKING:
-    pass
 
 
 def train(
-    config: str | Path | dict | Config | None = None,
+    config: str | Path | ConfigDict | Config | None = None,
     overrides: Sequence[str] | None = None,
     run_dir: str | Path | None = None,
     callbacks: Sequence[Callback] = (),
@@ -72,7 +73,7 @@ def evaluate(
     verbose: bool = False,
     overrides: Sequence[str] = (),
     sweeps: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> JSONDict:
     """Run evaluation episodes of a run directory's (or checkpoint's) policy, as the `eval`
     command does (eval.json written beside it); returns its summary: mean_return, std_return,
     success_rate, every episode's return, length and seed, the video path.
@@ -84,10 +85,6 @@ def evaluate(
         sweeps: `env.kwargs.KEY=[v1, v2]`: the episodes again under each value (`sweep`).
     """
     configure_headless_gl()  # before any MuJoCo import or OpenGL context (headless)
-    import io
-
-    from embodied_ppo.app.evaluate import evaluate_command
-
     video_arg = "" if video is True else (None if video in (None, False) else str(video))
     return evaluate_command(
         str(source),
@@ -132,6 +129,4 @@ def plot(
     Returns:
         The PNG's path.
     """
-    from embodied_ppo.app.plot import plot_runs
-
     return plot_runs([str(r) for r in runs], str(out), smooth=smooth, title=title)

@@ -13,20 +13,27 @@ import gc
 import os
 import sys
 
+from embodied_ppo.app.evaluate import evaluate_command
+from embodied_ppo.app.export import export_policy
+from embodied_ppo.app.launch import torchrun
+from embodied_ppo.app.plot import plot_runs
+from embodied_ppo.app.session import QuietError
+from embodied_ppo.app.train import train_command
 from embodied_ppo.core.errors import UserError
+from embodied_ppo.core.version import __version__
 from embodied_ppo.io.render import configure_headless_gl
 from embodied_ppo.runner import distributed
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+    def error(self, message: str) -> None:
+        """Raise a UserError: one line, exit 2, no usage dump."""
         raise UserError(f"{message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of `embodied-ppo` and its commands."""
     parser = _Parser(prog="embodied-ppo", description="PPO for embodied and continuous-control RL.")
-    from embodied_ppo.core.version import __version__
-
     parser.add_argument("--version", action="version", version=f"embodied-ppo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     train = sub.add_parser(
@@ -162,8 +169,7 @@ def _add_eval_export_plot(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from embodied_ppo.app.train import train_command
-
+    """`embodied-ppo train`; returns the exit status."""
     if args.use_intact and not args.resume:
         raise UserError("--use-intact goes with --resume RUN_DIR")
     # The interpreter's last collection at exit walks every object still alive: after training,
@@ -174,8 +180,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from embodied_ppo.app.evaluate import evaluate_command
-
+    """`embodied-ppo eval`; returns the exit status."""
     evaluate_command(
         args.checkpoint,
         episodes=args.episodes,
@@ -191,8 +196,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from embodied_ppo.app.export import export_policy
-
+    """`embodied-ppo export`; returns the exit status."""
     path, meta_path, _ = export_policy(args.checkpoint, args.format, args.out)
     print(f"wrote {path} ({args.format})")
     print(f"wrote {meta_path}")
@@ -200,20 +204,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from embodied_ppo.app.plot import plot_runs
-
+    """`embodied-ppo plot`; returns the exit status."""
     path = plot_runs(args.runs, args.out, smooth=args.smooth, title=args.title)
     print(f"wrote {path}")
     return 0
 
 
 def cmd_torchrun(args: argparse.Namespace) -> int:
-    from embodied_ppo.app.launch import torchrun
-
+    """`embodied-ppo torchrun`; returns the launcher's exit status."""
     return torchrun(args.rest)
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The `embodied-ppo` command: run the command `argv` names and exit with its status (a
+    user's error: one line on stderr, status 2, or 1 for a training failure)."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -242,8 +246,6 @@ def main(argv: list[str] | None = None) -> None:
         }
         code = commands[args.command](args)
     except UserError as exc:
-        from embodied_ppo.app.session import QuietError
-
         if not isinstance(exc, QuietError):
             prefix = f"rank {distributed.rank()}: " if distributed.rank() > 0 else ""
             print(f"embodied-ppo: error: {prefix}{exc}", file=sys.stderr)

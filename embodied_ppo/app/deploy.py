@@ -11,19 +11,29 @@ them act identically: the trained module's own actor with its normalizer, determ
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import nn
 
 from embodied_ppo.core.errors import CheckpointError, ObservationError
 from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import CheckpointState, JSONDict
 from embodied_ppo.io.checkpoint import read_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.inference import InferenceNet, inference_net, is_dict, is_recurrent
 from embodied_ppo.model.spec import PolicySpec
+
+# What the policy takes: an observation (or a recurrent state) as a tensor, a numpy array or
+# what numpy reads as one (a list); a Dict observation as a mapping of them by key.
+PolicyInput = torch.Tensor | npt.ArrayLike | Mapping[str, torch.Tensor | npt.ArrayLike]
+
+# What it returns: the action, or (action, new state) for a recurrent policy; numpy arrays for
+# numpy input, tensors for tensor input.
+PolicyOutput = torch.Tensor | np.ndarray | tuple[torch.Tensor, ...] | tuple[np.ndarray, ...]
 
 
 class Policy(nn.Module):
@@ -44,9 +54,7 @@ class Policy(nn.Module):
         check_finite: whether observations with NaN or Inf are refused.
     """
 
-    def __init__(
-        self, net: InferenceNet, metadata: dict[str, Any], check_finite: bool = True
-    ) -> None:
+    def __init__(self, net: InferenceNet, metadata: JSONDict, check_finite: bool = True) -> None:
         super().__init__()
         self.net = net
         self.metadata = metadata
@@ -73,7 +81,9 @@ class Policy(nn.Module):
         shape = (self.state_size,) if batch is None else (batch, self.state_size)
         return np.zeros(shape, dtype=np.float32)
 
-    def forward(self, obs: Any, state: Any = None) -> Any:
+    def forward(
+        self, obs: PolicyInput, state: torch.Tensor | npt.ArrayLike | None = None
+    ) -> PolicyOutput:
         """The action for `obs` (and, recurrent, the new state), numpy in -> numpy out."""
         as_numpy = not isinstance(
             next(iter(obs.values())) if isinstance(obs, dict) else obs, torch.Tensor
@@ -95,7 +105,7 @@ class Policy(nn.Module):
             return out.cpu().numpy() if not self.recurrent else tuple(o.cpu().numpy() for o in out)
         return out
 
-    def _tensors(self, obs: Any) -> torch.Tensor | dict[str, torch.Tensor]:
+    def _tensors(self, obs: PolicyInput) -> torch.Tensor | dict[str, torch.Tensor]:
         """The observation as tensors, NaN/Inf refused (where checked)."""
         if is_dict(self.net):
             if not isinstance(obs, dict):
@@ -115,7 +125,12 @@ class Policy(nn.Module):
         self._finite(x, None)
         return x
 
-    def _state(self, state: Any, x: Any, device: torch.device) -> torch.Tensor:
+    def _state(
+        self,
+        state: torch.Tensor | npt.ArrayLike | None,
+        x: torch.Tensor | dict[str, torch.Tensor],
+        device: torch.device,
+    ) -> torch.Tensor:
         """A recurrent state on the device: zeros where none is given (an episode's start)."""
         first = next(iter(x.values())) if isinstance(x, dict) else x
         single = first.dim() == (len(self.net.shapes[0]) if is_dict(self.net) else 1)
@@ -134,7 +149,7 @@ class Policy(nn.Module):
             )
 
 
-def _tensor(value: Any, where: str, hint: str = "", what: str = "observation") -> torch.Tensor:
+def _tensor(value: object, where: str, hint: str = "", what: str = "observation") -> torch.Tensor:
     """`value` as a tensor, or an ObservationError naming what could not be converted."""
     if isinstance(value, torch.Tensor):
         return value
@@ -146,7 +161,7 @@ def _tensor(value: Any, where: str, hint: str = "", what: str = "observation") -
         ) from None
 
 
-def build_actor_critic(state: dict[str, Any], where: str) -> ActorCritic:
+def build_actor_critic(state: CheckpointState, where: str) -> ActorCritic:
     """The training module of a loaded checkpoint (eval mode), or a one-line CheckpointError."""
     spec = state.get("model_spec")
     weights = state.get("model")
@@ -164,9 +179,9 @@ def build_actor_critic(state: dict[str, Any], where: str) -> ActorCritic:
 
 def policy_metadata(
     spec: PolicySpec, source: str | None = None, global_step: int | None = None
-) -> dict[str, Any]:
+) -> JSONDict:
     """Shapes, dtypes and bounds of the inference policy's input and output (JSON-safe)."""
-    action: dict[str, Any] = {
+    action: JSONDict = {
         "kind": spec.action_kind,
         "shape": [spec.action_dim] if spec.is_gaussian else [],
         "dtype": "float32" if spec.is_gaussian else "int64",
@@ -176,7 +191,7 @@ def policy_metadata(
         action["high"] = list(spec.action_high or ())
     else:
         action["num_actions"] = spec.action_dim
-    observation: dict[str, Any] = {"shape": [spec.obs_dim], "dtype": "float32"}
+    observation: JSONDict = {"shape": [spec.obs_dim], "dtype": "float32"}
     if spec.dict_obs is not None:  # the actor's keys: what the deployed policy takes
         keys = spec.dict_obs.keys
         observation = {
@@ -188,7 +203,7 @@ def policy_metadata(
                 for k in spec.dict_obs.actor_keys
             }
         }
-    meta = {
+    meta: JSONDict = {
         "env_id": spec.env_id,
         "observation": observation,
         "action": action,
@@ -210,7 +225,7 @@ def policy_metadata(
 
 
 def policy_from_state(
-    state: dict[str, Any],
+    state: CheckpointState,
     source: str = "checkpoint",
     device: str | torch.device = "cpu",
     check_finite: bool = True,
@@ -247,5 +262,5 @@ def load_policy(
     return policy_from_state(state, str(ckpt), device, check_finite)
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: object) -> int | None:
     return int(value) if isinstance(value, int) else None

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 from embodied_ppo.app.deploy import build_actor_critic
+from embodied_ppo.config.building import from_dict, upgrade
+from embodied_ppo.config.loading import apply_overrides, parse_override, set_dotted
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
+from embodied_ppo.core.types import ConfigDict, ConfigValue, JSONDict, JSONValue
+from embodied_ppo.core.version import __version__
 from embodied_ppo.io.checkpoint import read_checkpoint
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.io.render import configure_headless_gl
@@ -45,18 +50,15 @@ def _eval_key(key: str, flag: str) -> None:
 
 
 def eval_configs(
-    saved: dict[str, Any], overrides: list[str], sweeps: list[str]
-) -> tuple[Config, list[tuple[str, Any, Config]]]:
+    saved: ConfigDict, overrides: list[str], sweeps: list[str]
+) -> tuple[Config, list[tuple[str, ConfigValue, Config]]]:
     """The config the episodes run under (the run's, with `overrides`), and for each value of
     each `--sweep KEY=[v1, v2, ...]` (key, value, config): every one checked like a run's."""
-    from embodied_ppo.config.building import from_dict
-    from embodied_ppo.config.loading import apply_overrides, parse_override, set_dotted
-
     for text in overrides:
         _eval_key(".".join(parse_override(text)[0]), "")
     data = apply_overrides(saved, overrides)
     cfg = from_dict(data)
-    swept: list[tuple[str, Any, Config]] = []
+    swept: list[tuple[str, ConfigValue, Config]] = []
     for text in sweeps:
         parts, values = parse_override(text)
         key = ".".join(parts)
@@ -76,10 +78,10 @@ def evaluate_command(
     device: str = "cpu",
     video: str | None = None,
     json_path: str | None = None,
-    out: Any = None,
+    out: TextIO | None = None,
     overrides: list[str] | None = None,
     sweeps: list[str] | None = None,
-) -> dict[str, Any]:
+) -> JSONDict:
     """`embodied-ppo eval`: run episodes, print them, write eval.json (and an mp4 with `video`).
 
     Args:
@@ -93,15 +95,11 @@ def evaluate_command(
         sweeps: `env.kwargs.KEY=[v1, v2, ...]`: after the main episodes, the same episodes again
             under each value (a robustness sweep), each result in eval.json's `sweep`.
     """
-    import sys
-
     out = out or sys.stdout
     if episodes < 1:
         raise UserError(f"--episodes: got {episodes}, expected an integer >= 1")
     if video is not None:
         configure_headless_gl()  # before anything imports mujoco
-    from embodied_ppo.config.building import upgrade
-
     dev = resolve_device(device, "--device")
     ckpt, state = read_checkpoint(source)
     if not isinstance(state.get("config"), dict):
@@ -136,6 +134,7 @@ def evaluate_command(
         )
 
     def actor() -> Action:
+        """A fresh actor of the policy: deterministic, or sampling with its own generator."""
         return deterministic_action(net) if deterministic else stochastic_action(policy, seed)
 
     runner = EpisodeRunner(cfg.env, render=video_path is not None)
@@ -155,6 +154,7 @@ def evaluate_command(
         )
 
         def report(i: int, ret: float, length: int, success: float | None) -> None:
+            """Print episode i's return and length (and success, where reported)."""
             line = f"episode {i + 1:>3}: return {ret:10.2f}  length {length:>6}"
             if success is not None:
                 line += f"  success {'yes' if success else 'no'}"
@@ -175,7 +175,7 @@ def evaluate_command(
         runner.close()
     print(_summary_line(result, episodes), file=out, flush=True)
 
-    sweep = []
+    sweep: list[JSONValue] = []
     for key, value, swept_cfg in swept:
         runner = EpisodeRunner(swept_cfg.env)
         try:
@@ -185,9 +185,7 @@ def evaluate_command(
         sweep.append({"key": key, "value": value, **swept_result.summary()})
         print(f"{key}={value!r}: {_summary_line(swept_result, episodes)}", file=out, flush=True)
 
-    from embodied_ppo.core.version import __version__
-
-    summary = {
+    summary: JSONDict = {
         "checkpoint": str(ckpt),
         "env_id": cfg.env.id,
         "global_step": step,

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from embodied_ppo.app.deploy import policy_from_state
 from embodied_ppo.core.errors import ExportError
 from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import JSONDict
+from embodied_ppo.core.version import __version__
 from embodied_ppo.io.checkpoint import read_checkpoint
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.model.export import (
@@ -28,7 +30,7 @@ class ExportResult(NamedTuple):
 
     path: Path
     metadata_path: Path
-    metadata: dict[str, Any]
+    metadata: JSONDict
 
 
 def default_export_path(checkpoint: Path, fmt: str, global_step: int | None) -> Path:
@@ -78,12 +80,10 @@ def export_policy(source: str | Path, fmt: str, out: str | Path | None = None) -
             f"--format {fmt}: the export failed ({type(exc).__name__}: {first_line(exc)})"
         ) from None
 
-    from embodied_ppo.core.version import __version__
-
     net = policy.net
     if is_dict(net):
         # One input per key of the actor ("batch" = any size); TorchScript takes them as a dict.
-        inputs: dict[str, Any] = {
+        inputs: JSONDict = {
             "input_names": list(net.keys),
             "input_shapes": {
                 k: ["batch", *shape] for k, shape in zip(net.keys, net.shapes, strict=True)
@@ -97,7 +97,7 @@ def export_policy(source: str | Path, fmt: str, out: str | Path | None = None) -
             if fmt == "onnx"
             else [[net.obs_dim], ["batch", net.obs_dim]],
         }
-    outputs: dict[str, Any] = {"output_name": "action"}
+    outputs: JSONDict = {"output_name": "action"}
     if is_recurrent(net):
         # (obs, state) -> (action, new state); TorchScript returns them as a tuple.
         inputs["state_input"] = "state"
@@ -105,7 +105,7 @@ def export_policy(source: str | Path, fmt: str, out: str | Path | None = None) -
         outputs = {
             "output_names": onnx_io(net)[1] if fmt == "onnx" else ["action", "state"],
         }
-    meta = {
+    meta: JSONDict = {
         "format": fmt,
         **policy.metadata,
         **inputs,

@@ -10,6 +10,7 @@ the workers' code, quietly. A second signal stops everything at once, with the s
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -17,6 +18,9 @@ import shlex
 import signal
 from pathlib import Path
 from types import FrameType
+
+import torch.distributed.run as run
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from embodied_ppo.core.errors import UserError
 
@@ -46,9 +50,6 @@ def _children(pid: int) -> list[int]:
 
 def torchrun(argv: list[str]) -> int:
     """Run `torchrun ARGV -m embodied_ppo ...` (ARGV: torchrun's options, then the command)."""
-    import torch.distributed.run as run
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-
     split = next((i for i, a in enumerate(argv) if a in ("train", "eval", "export", "plot")), None)
     if split is None:
         raise UserError("torchrun: give torchrun's options, then the command, e.g. "
@@ -58,12 +59,13 @@ def torchrun(argv: list[str]) -> int:
     # The agent leaves SIGINT / SIGTERM to us (it handles these instead). Newer torch sets the
     # agent's signals from the --signals_to_handle option, older ones from the environment.
     if hasattr(args, "signals_to_handle"):
-        args.signals_to_handle = "SIGHUP,SIGQUIT"
+        args = argparse.Namespace(**(vars(args) | {"signals_to_handle": "SIGHUP,SIGQUIT"}))
     os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGHUP,SIGQUIT"
     os.environ[LAUNCHER_ENV] = " ".join(["embodied-ppo", "torchrun", *map(shlex.quote, options)])
     received: list[int] = []
 
     def handle(signum: int, frame: FrameType | None) -> None:
+        """Pass a stop signal on to the workers (the second one as SIGKILL)."""
         # A signal sent to the launcher alone does not reach the workers: pass it on. (Ctrl-C
         # reaches them by itself too; a worker under torchrun takes the same signal twice in
         # a row as one.) A second signal stops them at once.

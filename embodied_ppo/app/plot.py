@@ -14,11 +14,14 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import yaml
 
+from embodied_ppo.config.building import from_dict, upgrade
 from embodied_ppo.core.errors import UserError
+from embodied_ppo.core.types import ConfigDict
+from embodied_ppo.io.files import atomic_write_bytes
 
 TAGS = {"charts/episodic_return": "train", "eval/episodic_return": "eval"}
 
@@ -52,12 +55,13 @@ class Run:
     """One run directory's curves: tag -> (steps, values), sorted by step."""
 
     path: Path
-    config: dict[str, Any]
+    config: ConfigDict
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flatten(d: ConfigDict, prefix: str = "") -> dict[str, str]:
+    """Every key path of a nested config ("env.id"), with its value as JSON text."""
+    out: dict[str, str] = {}
     for key, value in d.items():
         path = f"{prefix}{key}"
         if isinstance(value, dict) and value and path != "env.kwargs":
@@ -67,11 +71,9 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
+def _with_defaults(config: ConfigDict) -> ConfigDict:
     """The config with every key present (runs written before a key existed compare equal to
     runs that state its default); unchanged when it no longer validates."""
-    from embodied_ppo.config.building import from_dict, upgrade
-
     try:
         return from_dict(upgrade(config)).to_dict()
     except (UserError, TypeError, ValueError):
@@ -80,15 +82,13 @@ def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
 
 def read_run(path: str | Path) -> Run:
     """Read config.yaml and metrics.jsonl of a run; torn or foreign lines are skipped."""
-    import yaml
-
     path = Path(path)
     metrics = path / "metrics.jsonl"
     if not path.is_dir():
         raise UserError(f"{path}: not a run directory")
     if not metrics.is_file():
         raise UserError(f"{path}: no metrics.jsonl (is it a run directory?)")
-    config: dict[str, Any] = {}
+    config: ConfigDict = {}
     config_file = path / "config.yaml"
     if config_file.is_file():
         try:
@@ -213,7 +213,7 @@ def plot_runs(
             + ", ".join(str(r.path) for r in runs)
             + " (no episode finished yet?)"
         )
-    try:
+    try:  # in the function: matplotlib is an optional dependency
         import matplotlib
 
         matplotlib.use("Agg")  # files only; never needs a display
@@ -252,8 +252,6 @@ def plot_runs(
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)
-
-    from embodied_ppo.io.files import atomic_write_bytes
 
     out = Path(out)
     try:

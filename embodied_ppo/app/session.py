@@ -5,17 +5,21 @@ from __future__ import annotations
 import copy
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from embodied_ppo.app.results import Callback, Run, TrainResult
+from embodied_ppo.config.building import from_dict
+from embodied_ppo.config.loading import apply_overrides, load_config
 from embodied_ppo.config.schema import Config, with_values
 from embodied_ppo.core.errors import ConfigError, UserError
+from embodied_ppo.core.types import ConfigDict
+from embodied_ppo.io.lock import RunLock
+from embodied_ppo.io.run_dir import create_run_dir, open_resume, run_dir_of_target
 from embodied_ppo.runner import distributed
-
-if TYPE_CHECKING:
-    from embodied_ppo.runner.trainer import Trainer
+from embodied_ppo.runner.preflight import check_run
+from embodied_ppo.runner.trainer import Trainer
 
 
 def say(*args: Any, **kwargs: Any) -> None:
@@ -29,12 +33,9 @@ class QuietError(UserError):
 
 
 def _config(
-    config: str | Path | dict | Config, overrides: list[str], run_dir: str | Path | None
+    config: str | Path | ConfigDict | Config, overrides: list[str], run_dir: str | Path | None
 ) -> tuple[Config, str]:
     """The checked Config of `config` with `overrides` (and run_dir), and the run's name."""
-    from embodied_ppo.config.building import from_dict
-    from embodied_ppo.config.loading import apply_overrides, load_config
-
     if isinstance(config, (str, Path)):
         cfg, name = load_config(config, overrides), Path(config).stem
     elif isinstance(config, Config):
@@ -52,10 +53,9 @@ def _config(
 
 def _new_run(cfg: Config, name: str) -> tuple[Config, Path, bool]:
     """Create the run directory; under torchrun process 0 does and tells the others."""
-    from embodied_ppo.io.run_dir import create_run_dir
-    from embodied_ppo.runner.preflight import check_run
 
     def checked_run_dir(cfg: Config) -> tuple[Config, Path, bool]:
+        """`cfg` checked against its environment and machine, then its directory created."""
         check_run(cfg)  # unknown ids, bad spaces or kwargs, no device: before any file
         return create_run_dir(cfg, name)
 
@@ -79,16 +79,15 @@ def _new_run(cfg: Config, name: str) -> tuple[Config, Path, bool]:
     return cfg, Path(run_dir_text), created
 
 
-def _lock(run_dir: Path) -> Any:
-    from embodied_ppo.io.lock import RunLock
-
+def _lock(run_dir: Path) -> AbstractContextManager[RunLock | None]:
+    """The run directory's lock (process 0 of a distributed run), or nothing to hold."""
     # One process of a distributed run writes; it holds the lock for all of them.
     return RunLock(run_dir) if distributed.launch_rank() == 0 else nullcontext()
 
 
 @contextmanager
 def _session(
-    config: str | Path | dict | Config | None,
+    config: str | Path | ConfigDict | Config | None,
     overrides: Sequence[str] | None,
     run_dir: str | Path | None,
     resume: str | Path | None,
@@ -97,9 +96,6 @@ def _session(
 ) -> Iterator[Trainer | TrainResult]:
     """A run ready to train (its Trainer), with its directory locked; or, for a resumed run
     that has already reached trainer.total_steps, its TrainResult."""
-    from embodied_ppo.io.run_dir import open_resume, run_dir_of_target
-    from embodied_ppo.runner.trainer import Trainer
-
     overrides = list(overrides or [])
     if resume is not None:
         target = Path(resume)
@@ -151,11 +147,13 @@ def run_training(
     view = Run(trainer)
 
     def on_iteration(scalars: dict[str, float]) -> None:
+        """Call every callback; one returning True asks the run to stop."""
         for callback in callbacks:
             if callback(view, scalars):
                 view.stop()
 
     def should_stop() -> bool:
+        """Whether a callback or `stop` asked the run to stop."""
         return view.stop_requested or (stop is not None and stop())
 
     summary = trainer.train(should_stop=should_stop, on_iteration=on_iteration)

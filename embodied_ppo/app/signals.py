@@ -14,14 +14,19 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
 
 # Started by torchrun (which forwards the stop signals it gets to its workers).
 TORCHRUN = "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 ECHO_SECONDS = 3.0
+
+
+# A signal handler as signal.signal takes and returns it: a function, SIG_DFL / SIG_IGN, or
+# None (a handler not installed from Python).
+Handler = Callable[[int, FrameType | None], object] | int | None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -49,7 +54,7 @@ class GracefulStop:
         self.signums = signums
         self.signum: int | None = None
         self._at = 0.0
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, Handler] = {}
 
     def __enter__(self) -> GracefulStop:
         if threading.current_thread() is threading.main_thread():
@@ -57,7 +62,7 @@ class GracefulStop:
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()

@@ -7,8 +7,10 @@ import signal
 import sys
 from pathlib import Path
 
+from embodied_ppo.app.launch import LAUNCHER_ENV
 from embodied_ppo.app.results import TrainResult
 from embodied_ppo.app.session import _session, run_training, say
+from embodied_ppo.app.signals import GracefulStop, exit_code
 from embodied_ppo.core.errors import UserError
 from embodied_ppo.runner import distributed
 
@@ -18,8 +20,6 @@ def train_command(
     config_path: str | None, overrides: list[str], resume: str | None, use_intact: bool = False
 ) -> int:
     """`embodied-ppo train CONFIG [overrides]` or `embodied-ppo train --resume RUN_DIR`."""
-    from embodied_ppo.app.signals import GracefulStop, exit_code
-
     if resume:
         overrides = ([config_path] if config_path else []) + overrides
     elif not config_path:
@@ -62,8 +62,6 @@ def train_command(
 
 def resume_hint(run_dir: Path | str) -> str:
     """How to continue a run, with the launcher it was started with."""
-    from embodied_ppo.app.launch import LAUNCHER_ENV
-
     launcher = os.environ.get(LAUNCHER_ENV)
     if launcher:  # embodied-ppo torchrun ..., with its options
         return f"continue with `{launcher} train --resume {run_dir}`"

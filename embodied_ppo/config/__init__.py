@@ -1,6 +1,6 @@
 """The configuration: a typed schema, YAML and dotted overrides, and the checks that need no
 environment. Every key has one meaning and is either honored or rejected (docs/design.md,
-"Every key is honored or rejected")."""
+rule 4)."""
 
 from __future__ import annotations
 

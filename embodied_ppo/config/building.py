@@ -7,12 +7,16 @@ import difflib
 import math
 import types
 import typing
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 import yaml
 
+from embodied_ppo.config.checks import check_config
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.core.types import ConfigDict, ConfigValue
+
+T = TypeVar("T")
 
 # Names users may bring from other libraries; suggested when they appear as unknown keys.
 _ALIASES = {
@@ -33,7 +37,8 @@ _ALIASES = {
 }
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: ConfigValue) -> str:
+    """`value` as a message quotes it: a string in quotes, anything else as inline YAML."""
     return (
         repr(value)
         if isinstance(value, str)
@@ -41,7 +46,8 @@ def _fmt(value: Any) -> str:
     )
 
 
-def _type_name(tp: Any) -> str:
+def _type_name(tp: object) -> str:
+    """An annotation of the schema (a type, Literal, union or list of one) in a user's words."""
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " | ".join(str(a) for a in typing.get_args(tp))
@@ -58,7 +64,7 @@ def _type_name(tp: Any) -> str:
     )
 
 
-def _coerce(value: Any, tp: Any, path: str) -> Any:
+def _coerce(value: ConfigValue, tp: object, path: str) -> object:
     """Check `value` against the annotation `tp`; return it (ints widened to float)."""
     origin = typing.get_origin(tp)
     bad = ConfigError(f"{path}: got {_fmt(value)}, expected {_type_name(tp)}")
@@ -134,7 +140,8 @@ def _unknown_key(key: str, allowed: list[str], path: str) -> ConfigError:
     return ConfigError(f"{where}: unknown key{hint}")
 
 
-def _build(cls: type, data: Any, path: str) -> Any:
+def _build(cls: type[T], data: ConfigValue, path: str) -> T:
+    """The dataclass `cls` from the mapping `data` at key path `path`, key by key."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -154,7 +161,7 @@ def _build(cls: type, data: Any, path: str) -> Any:
     return cls(**kwargs)
 
 
-def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+def upgrade(data: ConfigDict) -> ConfigDict:
     """A config that an earlier version wrote (a run's config.yaml or checkpoint), without the
     keys that no longer exist. Only for a run's own saved config: a config a user writes with a
     removed key is refused (`_REMOVED` says what replaced it)."""
@@ -166,8 +173,6 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def from_dict(data: Any) -> Config:
-    """Build a Config from a nested mapping and check it (`validate.check_config`)."""
-    from embodied_ppo.config.checks import check_config
-
+def from_dict(data: ConfigValue) -> Config:
+    """Build a Config from a nested mapping and check it (`checks.check_config`)."""
     return check_config(_build(Config, data, ""))

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from embodied_ppo.config.building import from_dict
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.core.types import ConfigDict, ConfigValue
 
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
+def parse_override(text: str) -> tuple[list[str], ConfigValue]:
     """Parse `a.b.c=value` (value in YAML syntax) into (["a", "b", "c"], value)."""
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected KEY.PATH=VALUE, e.g. trainer.seed=3")
@@ -32,10 +33,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
-def set_dotted(data: dict, parts: list[str], value: Any, text: str | None = None) -> dict:
+def set_dotted(
+    data: ConfigDict, parts: list[str], value: ConfigValue, text: str | None = None
+) -> ConfigDict:
     """A copy of the nested dict `data` with the key path `parts` set to `value`."""
-    import copy
-
     data = copy.deepcopy(data)
     node = data
     for i, part in enumerate(parts[:-1]):
@@ -50,10 +51,8 @@ def set_dotted(data: dict, parts: list[str], value: Any, text: str | None = None
     return data
 
 
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
+def apply_overrides(data: ConfigDict, overrides: list[str]) -> ConfigDict:
     """Set each dotted override in a copy of `data` (a nested dict)."""
-    import copy
-
     data = copy.deepcopy(data)
     for text in overrides:
         parts, value = parse_override(text)
@@ -61,7 +60,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def load_yaml(path: str | Path) -> dict:
+def load_yaml(path: str | Path) -> ConfigDict:
     """Read a YAML mapping, turning file and syntax problems into ConfigError."""
     path = Path(path)
     if not path.is_file():

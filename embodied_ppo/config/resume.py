@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from embodied_ppo.config.loading import parse_override
 from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.core.types import ConfigDict
 
 # Keys that may change when a run resumes: they change when or how it runs, not what it learns.
 RESUMABLE_KEYS = frozenset(
@@ -38,10 +37,8 @@ def check_resume_overrides(overrides: list[str]) -> None:
             )
 
 
-def _learning_keys(d: dict[str, Any]) -> dict[str, Any]:
+def _learning_keys(d: ConfigDict) -> ConfigDict:
     """A config dict without the keys that may change on resume (nor trainer.run_dir)."""
-    from embodied_ppo.config.resume import RESUMABLE_KEYS
-
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()}
     for key in RESUMABLE_KEYS | {"trainer.run_dir"}:
         block, name = key.split(".")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
+
+from embodied_ppo.core.types import ConfigDict
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ConfigDict:
         """Plain nested dict (YAML- and checkpoint-safe)."""
         return dataclasses.asdict(self)
 

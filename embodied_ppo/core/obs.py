@@ -6,10 +6,19 @@ These helpers work on numpy arrays and torch tensors alike and import neither, s
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class Shaped(Protocol):
+    """An array or a tensor, as far as these helpers read it: something with a shape."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The sizes of its dimensions, the batch first."""
+        ...
 
 
 def map_obs(fn: Callable[[T], T], obs: T | dict[str, T]) -> T | dict[str, T]:
@@ -19,7 +28,7 @@ def map_obs(fn: Callable[[T], T], obs: T | dict[str, T]) -> T | dict[str, T]:
     return fn(obs)
 
 
-def set_obs(dst: Any, index: Any, src: Any) -> None:
+def set_obs(dst: T | dict[str, T], index: int, src: T | Mapping[str, T]) -> None:
     """dst[index] = src, key by key for Dict observations."""
     if isinstance(dst, dict):
         for k, v in dst.items():
@@ -28,7 +37,7 @@ def set_obs(dst: Any, index: Any, src: Any) -> None:
         dst[index] = src
 
 
-def obs_rows(obs: Any) -> int:
+def obs_rows(obs: Shaped | Mapping[str, Shaped]) -> int:
     """The leading (batch) size of an observation batch."""
     if isinstance(obs, dict):
         return next(iter(obs.values())).shape[0]

@@ -17,7 +17,9 @@ class Discard(io.TextIOBase):
     report: the other processes of a distributed run)."""
 
     def writable(self) -> bool:
+        """True: writes are accepted (and dropped)."""
         return True
 
     def write(self, text: str) -> int:
+        """Drop `text`; returns its length, as if it had been written."""
         return len(text)

@@ -8,6 +8,8 @@ package, `embodied_ppo_envs`: they are environments, this is how environments ar
 from __future__ import annotations
 
 from embodied_ppo.config.schema import EnvConfig
+from embodied_ppo.env.envpool_backend import EnvPoolVecEnv
+from embodied_ppo.env.gym_backend import GymnasiumVecEnv
 from embodied_ppo.env.protocol import StepResult, VecEnv
 from embodied_ppo.env.seeding import env_seeds, group_seeds, noise_seed
 from embodied_ppo.env.spaces import SpaceInfo, describe_spaces
@@ -30,9 +32,5 @@ def make_env(cfg: EnvConfig, seed: int, env_offset: int = 0) -> VecEnv:
     `env_offset` is the global index of this process's first env (distributed runs).
     """
     if cfg.backend == "envpool":
-        from embodied_ppo.env.envpool_backend import EnvPoolVecEnv
-
         return EnvPoolVecEnv(cfg, seed, env_offset)
-    from embodied_ppo.env.gym_backend import GymnasiumVecEnv
-
     return GymnasiumVecEnv(cfg, seed, env_offset)

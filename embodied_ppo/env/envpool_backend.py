@@ -2,7 +2,7 @@
 
 envpool steps every env in C++ threads and hands back whole batches, but its conventions differ
 from the gymnasium backend's in four ways, and this adapter evens them out so the collector sees
-exactly what `VecEnv` gives it (DESIGN Rule 1):
+exactly what `VecEnv` gives it (docs/design.md, rule 1):
 
 * Autoreset. envpool resets an env that ended on its *next* step (NEXT_STEP: that step ignores
   the action and returns the reset observation with reward 0). Here, on the step where episodes
@@ -38,6 +38,7 @@ import torch
 
 from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import TrainingError
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.env.envpool_plan import _NO_LIMIT, _import_envpool, default_threads, plan
 from embodied_ppo.env.protocol import StepResult, step_result
 from embodied_ppo.env.seeding import env_seeds
@@ -60,7 +61,7 @@ class EnvPoolVecEnv:
         self.num_threads = default_threads(cfg.num_envs)
         self.seeds = env_seeds(seed, cfg.num_envs, env_offset)
         self._make_kwargs, self._limit = p.make_kwargs, p.limit
-        self._pool: Any = None
+        self._pool: Any = None  # envpool's vector env (an optional dependency, untyped)
         self._pool_seeds: list[int] | None = None
         self._fresh = False  # the pool was just built and not yet reset
         self._build(self.seeds)
@@ -178,7 +179,7 @@ class EnvPoolVecEnv:
         return obs
 
     # ------------------------------------------------------------------ resume
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> CheckpointState:
         """Checkpoint-safe state like VecEnv's, without members: envpool's cannot be captured."""
         return {
             "members": None,
@@ -188,7 +189,7 @@ class EnvPoolVecEnv:
             "steps": self.steps,
         }
 
-    def set_state(self, state: dict[str, Any]) -> str | None:
+    def set_state(self, state: CheckpointState) -> str | None:
         """Restore the step count; returns why the envs themselves cannot be restored."""
         self.steps = int(state["steps"])
         return "env.backend envpool cannot restore its environments' state"
@@ -198,6 +199,7 @@ class EnvPoolVecEnv:
         self.steps = steps
 
     def close(self) -> None:
+        """Close the pool (its C++ threads end); closing twice does nothing."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -205,7 +207,7 @@ class EnvPoolVecEnv:
     def __enter__(self) -> EnvPoolVecEnv:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

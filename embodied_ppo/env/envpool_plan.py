@@ -8,15 +8,18 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import load_env_creator
 
 from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.system import usable_cores
 from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import ConfigValue
 from embodied_ppo.env.make import episode_limit, make_one
 from embodied_ppo.env.spaces import SpaceInfo, describe_spaces
 
@@ -56,19 +59,20 @@ class _Plan:
     """What the pool is built from: validated task arguments, spaces and the time limit."""
 
     info: SpaceInfo
-    make_kwargs: dict[str, Any]
+    make_kwargs: dict[str, ConfigValue]
     limit: int | None
 
 
-def _import_envpool() -> Any:
+def _import_envpool() -> ModuleType:
+    """The envpool module, or a ConfigError saying how to install it."""
     try:
-        import envpool
+        import envpool  # in the function: an optional dependency
     except ImportError:
         raise ConfigError(INSTALL_HINT) from None
     return envpool
 
 
-def _type_ok(value: Any, default: Any) -> bool:
+def _type_ok(value: ConfigValue, default: object) -> bool:
     """Whether `value` fits the type of envpool's default for the argument."""
     if isinstance(default, bool):
         return isinstance(value, bool)
@@ -81,8 +85,6 @@ def _type_ok(value: Any, default: Any) -> bool:
 
 def _gym_params(env_id: str) -> set[str] | None:
     """The named arguments of the Gymnasium env class behind `env_id` (None: unknown)."""
-    from gymnasium.envs.registration import load_env_creator
-
     entry = gym.spec(env_id).entry_point
     try:
         creator = load_env_creator(entry) if isinstance(entry, str) else entry
@@ -92,7 +94,9 @@ def _gym_params(env_id: str) -> set[str] | None:
     return {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
 
-def _map_range(cfg: EnvConfig, key: str, value: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+def _map_range(
+    cfg: EnvConfig, key: str, value: ConfigValue, defaults: dict[str, object]
+) -> dict[str, ConfigValue]:
     """Gymnasium's `<name>_range: [low, high]` as envpool's `<name>_min` / `<name>_max`.
 
     A bound envpool has no argument for must be the unbounded one (-.inf or .inf).
@@ -120,7 +124,7 @@ def _map_range(cfg: EnvConfig, key: str, value: Any, defaults: dict[str, Any]) -
     return mapped
 
 
-def _check_kwargs(cfg: EnvConfig, defaults: dict[str, Any]) -> dict[str, Any]:
+def _check_kwargs(cfg: EnvConfig, defaults: dict[str, object]) -> dict[str, ConfigValue]:
     """`env.kwargs` as envpool task arguments of the right type, or a ConfigError.
 
     Keys go to envpool unchanged, except Gymnasium's `<name>_range` pairs, which envpool takes
@@ -135,7 +139,7 @@ def _check_kwargs(cfg: EnvConfig, defaults: dict[str, Any]) -> dict[str, Any]:
             if k.endswith("_min") and f"{k.removesuffix('_min')}_range" in gym_params
         ]
     takes = ", ".join(sorted(task_keys)) or "none"
-    make_kwargs: dict[str, Any] = {}
+    make_kwargs: dict[str, ConfigValue] = {}
     for key, value in cfg.kwargs.items():
         path = f"env.kwargs.{key}"
         if key == "max_episode_steps":
@@ -170,7 +174,7 @@ def _check_kwargs(cfg: EnvConfig, defaults: dict[str, Any]) -> dict[str, Any]:
     return make_kwargs
 
 
-def _spec_space_info(spec: Any) -> SpaceInfo | None:
+def _spec_space_info(spec: Any) -> SpaceInfo | None:  # envpool's spec: untyped
     with warnings.catch_warnings():
         # envpool builds float32 Boxes from float64 bounds; gymnasium warns about the cast.
         warnings.simplefilter("ignore")
@@ -199,7 +203,7 @@ def _same_spaces(a: SpaceInfo, b: SpaceInfo) -> bool:
     )
 
 
-def check_id(cfg: EnvConfig) -> Any:
+def check_id(cfg: EnvConfig) -> ModuleType:
     """The envpool module, once `cfg.id` is known to be a task both envpool and Gymnasium have."""
     envpool = _import_envpool()
     known = envpool.list_all_envs()

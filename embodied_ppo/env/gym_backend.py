@@ -14,8 +14,7 @@ import math
 import os
 import signal
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +26,7 @@ from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.obs import map_obs as obs_map
 from embodied_ppo.core.obs import set_obs as obs_set
 from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.env.make import make_one
 from embodied_ppo.env.protocol import StepResult, step_result
 from embodied_ppo.env.seeding import env_seeds
@@ -37,13 +37,13 @@ from embodied_ppo.env.workers import ProcessVectorEnv, WorkerDied
 from embodied_ppo.io.render import gl_failure_hint
 
 
-def _member_logs(log: Any, num_envs: int) -> list[Any]:
+def _member_logs(log: object, num_envs: int) -> Sequence[object]:
     """Each member's final info["log"]: a list from the serial and process backends, or
     Gymnasium's merged form from the async backend (per key, an array over members and a
     `_key` mask of the members that reported it)."""
     if isinstance(log, list):
         return log
-    out: list[Any] = [None] * num_envs
+    out: list[dict[str, object] | None] = [None] * num_envs
     if isinstance(log, dict):
         for key, values in log.items():
             if key.startswith("_"):
@@ -183,7 +183,7 @@ class GymnasiumVecEnv:
         return self.env.action_space.sample()
 
     @staticmethod
-    def _check_obs(obs: Obs, where: Any) -> Obs:
+    def _check_obs(obs: Obs, where: _Where | str) -> Obs:
         # The common case first, in one float64 sum: NaN and Inf propagate through it.
         if not isinstance(obs, dict) and math.isfinite(obs.sum(dtype=np.float64)):
             return obs
@@ -194,7 +194,7 @@ class GymnasiumVecEnv:
             )
         return obs
 
-    def _failure(self, exc: Exception, where: str) -> TrainingError:
+    def _failure(self, exc: Exception, where: _Where | str) -> TrainingError:
         """A TrainingError naming the env that failed (or the async worker that died)."""
         if isinstance(exc, EnvFailure | WorkerDied):
             return TrainingError(f"{exc} {where}")
@@ -216,7 +216,7 @@ class GymnasiumVecEnv:
         )
 
     # ------------------------------------------------------------------ exact resume
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> CheckpointState:
         """Checkpoint-safe state: every member's mid-episode state, episode statistics, steps.
 
         `members` is None when some env keeps state that cannot be captured (`not_captured`
@@ -240,7 +240,7 @@ class GymnasiumVecEnv:
             "steps": self.steps,
         }
 
-    def set_state(self, state: dict[str, Any]) -> str | None:
+    def set_state(self, state: CheckpointState) -> str | None:
         """Restore `get_state()`; returns why the members could not be restored, or None.
 
         On a non-None return the members may be partly restored: reset them before use.
@@ -269,6 +269,7 @@ class GymnasiumVecEnv:
         self.steps = steps
 
     def close(self) -> None:
+        """Close every env; a vector env whose worker died is terminated instead."""
         try:
             self.env.close()
         except Exception:
@@ -278,5 +279,5 @@ class GymnasiumVecEnv:
     def __enter__(self) -> GymnasiumVecEnv:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

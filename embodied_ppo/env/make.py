@@ -40,7 +40,10 @@ def _mujoco_warning(message: str) -> None:
 
 
 def _route_mujoco_warnings() -> None:
+    """Send MuJoCo's warnings to `_mujoco_warning` (where MuJoCo is installed)."""
     try:
+        # In the function: MuJoCo reads MUJOCO_GL when first imported, so it waits until an env
+        # is made, after the command line or the API has chosen the headless backend.
         import mujoco
     except ImportError:
         return

@@ -5,14 +5,16 @@ refusal is one line naming the key."""
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING
+import importlib
+
+import gymnasium as gym
 
 from embodied_ppo.config.schema import CRITIC_FREE, Config, EnvConfig
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.text import first_line
-
-if TYPE_CHECKING:
-    from embodied_ppo.env.spaces import SpaceInfo, UnsupportedSpace
+from embodied_ppo.env.envpool_plan import plan
+from embodied_ppo.env.make import OWN_TASKS, episode_limit, make_one, resolve_wrapper
+from embodied_ppo.env.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
 
 
 # ------------------------------------------------------------------ checks that need the env
@@ -20,10 +22,6 @@ def check_env_id(env_id: str, imports: list[str] | None = None) -> None:
     """Raise ConfigError for an id Gymnasium does not know (after importing the modules that
     register ids: the project's own tasks, `imports`, and a "module:EnvId" id's module),
     suggesting close matches."""
-    import gymnasium as gym
-
-    from embodied_ppo.env.make import OWN_TASKS
-
     for i, name in enumerate(imports or []):
         _import(name, f"env.imports[{i}]")
     _import(OWN_TASKS, "env.id")
@@ -44,8 +42,7 @@ def check_env_id(env_id: str, imports: list[str] | None = None) -> None:
 
 
 def _import(module: str, key: str) -> None:
-    import importlib
-
+    """Import `module` for the config key `key`; a failure is a ConfigError naming the key."""
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -64,10 +61,7 @@ def _import(module: str, key: str) -> None:
 
 
 def _check_wrappers(cfg: EnvConfig) -> list[type]:
-    import gymnasium as gym
-
-    from embodied_ppo.env.make import resolve_wrapper
-
+    """The wrapper classes of env.wrappers, each a gymnasium.Wrapper, or a ConfigError."""
     wrappers = []
     for i, w in enumerate(cfg.wrappers):
         key = f"env.wrappers[{i}].name"
@@ -91,9 +85,6 @@ def _check_wrappers(cfg: EnvConfig) -> list[type]:
 
 def _spaces(cfg: EnvConfig) -> SpaceInfo:
     """Build one env of `cfg` to read its spaces."""
-    from embodied_ppo.env.make import make_one
-    from embodied_ppo.env.spaces import UnsupportedSpace, describe_spaces
-
     check_env_id(cfg.id, cfg.imports)
     wrappers = _check_wrappers(cfg)
     try:
@@ -141,8 +132,7 @@ def _spaces_for_envpool(cfg: EnvConfig) -> SpaceInfo:
 
 
 def _supported(exc: UnsupportedSpace) -> str:
-    import gymnasium as gym
-
+    """What the policy supports instead of the space `exc` refused."""
     if exc.why == "channels first":
         return (
             "images must be (height, width, channels) uint8, channels last: transpose it, "
@@ -163,8 +153,6 @@ def _supported(exc: UnsupportedSpace) -> str:
 def check_env(cfg: Config) -> SpaceInfo:
     """Everything about `cfg` that needs the environment (one is built); returns its SpaceInfo."""
     if cfg.env.backend == "envpool":
-        from embodied_ppo.env.envpool_plan import plan
-
         info = plan(cfg.env, _spaces_for_envpool).info
     else:
         info = _spaces(cfg.env)
@@ -173,8 +161,6 @@ def check_env(cfg: Config) -> SpaceInfo:
 
 def check_episodic(cfg: Config) -> None:
     """Critic-free estimators collect whole episodes: the time limit must fit in a rollout."""
-    from embodied_ppo.env.make import episode_limit
-
     a = cfg.algorithm
     if a.adv_type not in CRITIC_FREE:
         return

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.env.spaces import Obs, SpaceInfo
 
 
@@ -39,13 +41,14 @@ def step_result(
     ep_return: np.ndarray,
     ep_length: np.ndarray,
     success: np.ndarray | None = None,
-    logs: list[dict[str, float] | None] | None = None,
+    logs: Sequence[object] | None = None,
 ) -> StepResult:
     """A StepResult with the statistics of the episodes that ended; restarts their counters.
 
     `ep_return` / `ep_length` (N,) already include this step and are updated in place.
     `success` (N,): info["is_success"] of the ended episodes' last step, NaN where not reported.
-    `logs` (N,): info["log"] of the ended episodes' last step, None where not reported.
+    `logs` (N,): info["log"] of the ended episodes' last step as the envs reported it (None
+    where not reported).
     """
     ended = np.flatnonzero(term | trunc)
     if not ended.size:  # the common step: no episode ended
@@ -64,7 +67,7 @@ def step_result(
     )
 
 
-def episode_log(log: Any) -> dict[str, float] | None:
+def episode_log(log: object) -> dict[str, float] | None:
     """An env's info["log"] as plain floats (None when absent or not a mapping)."""
     if not isinstance(log, dict):
         return None
@@ -72,8 +75,9 @@ def episode_log(log: Any) -> dict[str, float] | None:
 
 
 class VecEnv(Protocol):
-    """A vector env as the collector sees it: same-step autoreset (DESIGN Rule 1), Box actions
-    clipped to their bounds, finished-episode statistics, and state capture for exact resume."""
+    """A vector env as the collector sees it: same-step autoreset (docs/design.md, rule 1), Box
+    actions clipped to their bounds, finished-episode statistics, and state capture for exact
+    resume."""
 
     num_envs: int
     info: SpaceInfo
@@ -90,11 +94,11 @@ class VecEnv(Protocol):
         """Uniform random actions for every env (benchmarks, smoke tests)."""
         ...
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> CheckpointState:
         """Checkpoint-safe state: members mid-episode (or why not), episode statistics, steps."""
         ...
 
-    def set_state(self, state: dict[str, Any]) -> str | None:
+    def set_state(self, state: CheckpointState) -> str | None:
         """Restore `get_state()`; returns why the members could not be restored, or None."""
         ...
 
@@ -102,4 +106,6 @@ class VecEnv(Protocol):
         """The vector steps taken so far in the run (they number the steps in error messages)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close every env (and the processes or threads that step them)."""
+        ...

@@ -20,8 +20,12 @@ from embodied_ppo.core.obs import set_obs as obs_set
 from embodied_ppo.env.spaces import Obs
 
 # An ended episode of a vector step: (member index, final observation, final is_success or None,
-# final info["log"] or None).
-Ended = tuple[int, Any, Any, Any]
+# final info["log"] or None); the last two as the env reported them, whatever their type.
+Ended = tuple[int, Obs, Any, Any]
+
+# What a vector step returns, as Gymnasium's vector envs do: (obs, reward, terminated, truncated,
+# info), the arrays of leading size N; the info dict holds per key what Gymnasium puts there.
+VectorStep = tuple[Obs, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 
 def group_bounds(num_envs: int, groups: int) -> list[range]:
@@ -105,6 +109,7 @@ class SerialVectorEnv:
         self._pool = ThreadPoolExecutor(len(self._groups) - 1) if len(self._groups) > 1 else None
 
     def reset(self, seed: list[int] | None = None) -> tuple[Obs, dict]:
+        """Reset every member (member i with seed[i], or unseeded); returns (obs copy, {})."""
         seeds = seed if seed is not None else [None] * self.num_envs
         for i, env in enumerate(self.envs):
             obs_set(self._obs, i, env.reset(seed=seeds[i])[0])
@@ -142,24 +147,29 @@ class SerialVectorEnv:
             ended += future.result()
         return ended
 
-    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+    def step(self, actions: np.ndarray) -> VectorStep:
+        """Step every member with its row of `actions`; the arrays returned are the vector env's
+        own (overwritten by the next step)."""
         info = ended_info(self.step_members(actions), self.num_envs)
         return self._obs, self._reward, self._term, self._trunc, info
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Each member's attribute `name`, called with the arguments where it is callable."""
         results = []
         for env in self.envs:
             attr = env.get_wrapper_attr(name)
             results.append(attr(*args, **kwargs) if callable(attr) else attr)
         return tuple(results)
 
-    def set_attr(self, name: str, values: list[Any] | Any) -> None:
+    def set_attr(self, name: str, values: object) -> None:
+        """Set attribute `name` of each member: values[i] of a list or tuple, else `values`."""
         if not isinstance(values, list | tuple):
             values = [values] * self.num_envs
         for env, value in zip(self.envs, values, strict=True):
             env.set_wrapper_attr(name, value)
 
     def close(self, terminate: bool = False) -> None:
+        """Close every member and the thread pool (`terminate` changes nothing here)."""
         if not self.closed:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)

@@ -8,7 +8,7 @@ import platform
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from multiprocessing.context import BaseContext
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +26,7 @@ class SharedArrays:
 
     def __init__(
         self,
-        ctx: Any,
+        ctx: BaseContext,
         obs_space: gym.Space,
         num_envs: int,
         action: tuple[tuple[int, ...], np.dtype] | None = None,

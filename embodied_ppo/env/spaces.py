@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import numpy.typing as npt
 
 # An observation batch: one array, or one array per key of a Dict observation space.
 Obs = np.ndarray | dict[str, np.ndarray]
@@ -98,7 +99,7 @@ def obs_zeros(info: SpaceInfo, *lead: int) -> Obs:
     return {k: np.zeros((*lead, *v.shape), dtype=v.dtype) for k, v in info.obs_keys.items()}
 
 
-def obs_cast(obs: Obs | Any, info: SpaceInfo) -> Obs:
+def obs_cast(obs: npt.ArrayLike | Mapping[str, npt.ArrayLike], info: SpaceInfo) -> Obs:
     """A copy of an env's observation batch with the dtypes the policy takes."""
     if info.obs_keys is None:
         return np.array(obs, dtype=np.float32)

@@ -27,7 +27,8 @@ from __future__ import annotations
 import copy
 import traceback
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +36,9 @@ import torch
 
 from embodied_ppo.core.text import first_line
 from embodied_ppo.io.render import gl_failure_hint
+
+if TYPE_CHECKING:
+    from mujoco import MjData, MjModel
 
 # Attributes with no effect on what the env returns: render handles, construction arguments and
 # the env checker's copy of the last observation (it only feeds a one-time warning).
@@ -115,13 +119,16 @@ class EnvFailure(RuntimeError):
     """
 
 
-def _mujoco() -> Any:
-    import mujoco  # only when an env actually holds MuJoCo data
+def _mujoco() -> ModuleType:
+    """The mujoco module."""
+    # In the function: MuJoCo reads MUJOCO_GL when first imported, which must wait for the
+    # headless backend's choice; an env that holds MuJoCo data has imported it already.
+    import mujoco
 
     return mujoco
 
 
-def _is_plain(value: Any) -> bool:
+def _is_plain(value: object) -> bool:
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
     if isinstance(value, np.ndarray):
@@ -135,7 +142,7 @@ def _is_plain(value: Any) -> bool:
     return False
 
 
-def _is_stateless(value: Any) -> bool:
+def _is_stateless(value: object) -> bool:
     """Objects that belong to the env's definition or its display, not to its episode."""
     if isinstance(value, (gym.Space, gym.envs.registration.EnvSpec)):
         return True
@@ -151,7 +158,7 @@ def _layers(env: gym.Env) -> list[gym.Env]:
     return layers
 
 
-def _has_hook(layer: Any) -> bool:
+def _has_hook(layer: gym.Env) -> bool:
     # Looked up on the class: gymnasium wrappers do not forward attributes, and an instance
     # attribute of that name would not be a method.
     return callable(getattr(type(layer), "state_dict", None)) and callable(
@@ -159,14 +166,14 @@ def _has_hook(layer: Any) -> bool:
     )
 
 
-def _find_model(layer: Any) -> Any:
+def _find_model(layer: gym.Env) -> MjModel:
     for value in vars(layer).values():
         if type(value).__name__ == "MjModel":
             return value
     raise NotCapturable(f"{type(layer).__name__} holds MjData without its MjModel")
 
 
-def _capture_mjdata(layer: Any, data: Any) -> dict[str, Any]:
+def _capture_mjdata(layer: gym.Env, data: MjData) -> dict[str, Any]:
     mujoco = _mujoco()
     model = _find_model(layer)
     if model.opt.enableflags & int(mujoco.mjtEnableBit.mjENBL_SLEEP):
@@ -179,7 +186,7 @@ def _capture_mjdata(layer: Any, data: Any) -> dict[str, Any]:
     return {"integration": state, "derived": derived}
 
 
-def _restore_mjdata(layer: Any, data: Any, saved: dict[str, Any]) -> None:
+def _restore_mjdata(layer: gym.Env, data: MjData, saved: dict[str, Any]) -> None:
     mujoco = _mujoco()
     model = _find_model(layer)
     spec = int(mujoco.mjtState.mjSTATE_INTEGRATION)
@@ -195,7 +202,7 @@ def _restore_mjdata(layer: Any, data: Any, saved: dict[str, Any]) -> None:
         getattr(data, name)[...] = value
 
 
-def _capture_layer(layer: Any) -> dict[str, Any]:
+def _capture_layer(layer: gym.Env) -> dict[str, Any]:
     if _has_hook(layer):
         state = layer.state_dict()
         if not _is_plain(state):
@@ -218,7 +225,7 @@ def _capture_layer(layer: Any) -> dict[str, Any]:
     return {"attrs": attrs}
 
 
-def _restore_layer(layer: Any, saved: dict[str, Any]) -> None:
+def _restore_layer(layer: gym.Env, saved: dict[str, Any]) -> None:
     if "hook" in saved:
         layer.load_state_dict(copy.deepcopy(saved["hook"]))
         return
@@ -296,13 +303,17 @@ class TrackedEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
             f"{first_line(exc)}{_where(exc)}" + (f"; {hint}" if hint else "")
         )
 
-    def step(self, action: Any) -> Any:
+    def step(
+        self, action: np.ndarray | int
+    ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """The env's step; what it raises becomes an EnvFailure naming this member."""
         try:
             return self.env.step(action)
         except Exception as exc:
             raise self._failure("step", exc) from exc
 
-    def reset(self, **kwargs: Any) -> Any:
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """The env's reset; what it raises becomes an EnvFailure naming this member."""
         try:
             return self.env.reset(**kwargs)
         except Exception as exc:
@@ -314,12 +325,15 @@ class TrackedEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     # Both methods return instead of raising: an exception inside an async worker ends it.
     def embodied_ppo_get_state(self) -> dict[str, Any]:
+        """{"state": the captured env} or {"reason": why it cannot be captured}."""
         try:
             return {"state": capture_env(self.env)}
         except NotCapturable as exc:
             return {"reason": str(exc)}
 
     def embodied_ppo_apply_state(self) -> str | None:
+        """Restore the state set_attr left in `embodied_ppo_pending_state`; returns why that
+        failed, or None."""
         state, self.embodied_ppo_pending_state = self.embodied_ppo_pending_state, None
         if state is None:
             return "no state was sent"

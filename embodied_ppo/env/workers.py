@@ -32,16 +32,17 @@ import ctypes
 import multiprocessing as mp
 import signal
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from multiprocessing.process import BaseProcess
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from embodied_ppo.core.obs import map_obs
-from embodied_ppo.env.serial import Ended, SerialVectorEnv, ended_info, group_bounds
+from embodied_ppo.env.serial import Ended, SerialVectorEnv, VectorStep, ended_info, group_bounds
 from embodied_ppo.env.shared import (
     CMD,
     DONE,
@@ -55,6 +56,11 @@ from embodied_ppo.env.shared import (
 )
 from embodied_ppo.env.spaces import Obs
 from embodied_ppo.env.worker_loop import serve
+
+T = TypeVar("T")
+
+# A command to a worker and its argument (None: the worker is sent nothing).
+Message = tuple[str, object] | None
 
 
 class WorkerDied(RuntimeError):
@@ -88,7 +94,7 @@ class ProcessVectorEnv:
         # The spaces, from a member built here: it is the first member of this process's group.
         ctx = mp.get_context(context)
         self.closed = False
-        self.processes: list[Any] = []
+        self.processes: list[BaseProcess] = []
         self._conns: list[Connection] = []
         # Workers ignore SIGTERM (see _worker), which is how multiprocessing ends daemon
         # processes at exit: so the workers are stopped here, before that, if the vector env
@@ -161,7 +167,7 @@ class ProcessVectorEnv:
             f"died ({how})"
         )
 
-    def _send(self, messages: list[tuple[str, Any] | None]) -> None:
+    def _send(self, messages: list[Message]) -> None:
         for w, (conn, message) in enumerate(zip(self._conns, messages)):
             if message is None:
                 continue
@@ -171,10 +177,10 @@ class ProcessVectorEnv:
                 self.processes[w].join(timeout=5)
                 raise WorkerDied(self._describe(w)) from exc
 
-    def _gather(self, sent: list[Any]) -> list[Any]:
+    def _gather(self, sent: Sequence[object]) -> list[object]:
         """Every worker's reply to the message it was sent (None: none sent); raises the first
         error after all replies are in, so no reply is left in a pipe."""
-        results: list[Any] = [None] * len(self._conns)
+        results: list[object] = [None] * len(self._conns)
         error: BaseException | None = None
         for w, conn in enumerate(self._conns):
             if sent[w] is None:
@@ -193,10 +199,12 @@ class ProcessVectorEnv:
             raise error
         return results
 
-    def _all(self, command: str, per_group: list[Any], local: Callable[[Any], Any]) -> list[Any]:
+    def _all(
+        self, command: str, per_group: Sequence[T], local: Callable[[T], object]
+    ) -> list[object]:
         """Run `command` with each group's argument everywhere, this process's group meanwhile;
         returns the results in group order."""
-        messages: list[tuple[str, Any] | None] = [(command, arg) for arg in per_group[1:]]
+        messages: list[Message] = [(command, arg) for arg in per_group[1:]]
         self._send(messages)
         local_error: BaseException | None = None
         mine = None
@@ -211,12 +219,15 @@ class ProcessVectorEnv:
 
     # ------------------------------------------------------------------ vector-env interface
     def reset(self, seed: list[int] | None = None) -> tuple[Obs, dict]:
+        """Reset every member (member i with seed[i], or unseeded); returns (obs copy, {})."""
         seeds = seed if seed is not None else [None] * self.num_envs
         self._all("reset", [seeds[r.start : r.stop] for r in self.groups], self.local.reset)
         obs = self._obs
         return ({k: v.copy() for k, v in obs.items()} if isinstance(obs, dict) else obs.copy()), {}
 
-    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+    def step(self, actions: np.ndarray) -> VectorStep:
+        """Step every member with its row of `actions`, each group in its process at once; the
+        arrays returned are views of shared memory (overwritten by the next step)."""
         actions = np.asarray(actions)
         parts = [actions[r.start : r.stop] for r in self.groups]
         sent = self._start_step(actions, parts)
@@ -234,11 +245,11 @@ class ProcessVectorEnv:
         info = ended_info(ended, self.num_envs)
         return self._obs, self._reward, self._term, self._trunc, info
 
-    def _start_step(self, actions: np.ndarray, parts: list[np.ndarray]) -> list[Any]:
+    def _start_step(self, actions: np.ndarray, parts: list[np.ndarray]) -> list[Message]:
         """Hand every worker its actions (shared memory and a doorbell, or a message)."""
         if not self.doorbell or actions.dtype != self._actions.dtype:
             # (By message, any other dtype reaches the envs as it was given.)
-            messages: list[tuple[str, Any] | None] = [("step", part) for part in parts[1:]]
+            messages: list[Message] = [("step", part) for part in parts[1:]]
             self._send(messages)
             return messages
         rest = slice(self.groups[1].start, self.num_envs)
@@ -248,13 +259,13 @@ class ProcessVectorEnv:
             control[CMD] = self._asked  # after the actions it hands over
         return []
 
-    def _finish_step(self, sent: list[Any]) -> list[list[Ended]]:
+    def _finish_step(self, sent: list[Message]) -> list[list[Ended]]:
         """Every worker's ended episodes of the step `_start_step` began; raises the first
         error once all workers are done, so that none is left mid-step."""
         if sent:
             return self._gather(sent)
         error: BaseException | None = None
-        failed: list[Any] = [None] * len(self._conns)  # whose exception follows on the pipe
+        failed: list[Message] = [None] * len(self._conns)  # whose exception follows on the pipe
         results: list[list[Ended]] = []
         for w, (conn, control) in enumerate(zip(self._conns, self._controls, strict=True)):
             results.append([])
@@ -268,7 +279,7 @@ class ProcessVectorEnv:
                 failed[w] = ("step", None)
                 continue
             rows = self.groups[w + 1]
-            logs: dict[int, Any] = {}
+            logs: dict[int, object] = {}
             if control[LOGS]:
                 control[LOGS] = 0
                 try:
@@ -296,13 +307,16 @@ class ProcessVectorEnv:
         return results
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Each member's attribute `name`, called with the arguments where it is callable, in
+        member order."""
         per_group = [(name, args, kwargs)] * len(self.groups)
         results: list[Any] = []
         for group in self._all("call", per_group, lambda a: self.local.call(a[0], *a[1], **a[2])):
             results += list(group)
         return tuple(results)
 
-    def set_attr(self, name: str, values: list[Any] | Any) -> None:
+    def set_attr(self, name: str, values: object) -> None:
+        """Set attribute `name` of each member: values[i] of a list or tuple, else `values`."""
         if not isinstance(values, list | tuple):
             values = [values] * self.num_envs
         per_group = [(name, list(values[r.start : r.stop])) for r in self.groups]
@@ -323,7 +337,7 @@ class ProcessVectorEnv:
             self.local.close()
 
 
-def _stop_workers(processes: list[Any], conns: list[Connection], timeout: float) -> None:
+def _stop_workers(processes: list[BaseProcess], conns: list[Connection], timeout: float) -> None:
     """Close the pipes (a worker that reads EOF ends), wait up to `timeout` seconds, then kill
     what is left (workers ignore SIGTERM)."""
     for conn in conns:

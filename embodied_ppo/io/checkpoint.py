@@ -8,11 +8,11 @@ import pickle
 import re
 import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from embodied_ppo.core.errors import CheckpointError
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.io.files import _fsync_dir, atomic_write_bytes
 
 FORMAT = "embodied-ppo/checkpoint"
@@ -22,23 +22,24 @@ FORMAT_VERSION = 1
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
+    """RUN_DIR/checkpoints, where every checkpoint of a run goes."""
     return Path(run_dir) / "checkpoints"
 
 
-def _serialize(state: dict[str, Any]) -> bytes:
+def _serialize(state: CheckpointState) -> bytes:
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, "format_version": FORMAT_VERSION, **state}, buffer)
     return buffer.getvalue()
 
 
-def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
+def write_checkpoint(path: Path, state: CheckpointState) -> None:
     """A checkpoint in the standard format at `path` (e.g. best.pt), written atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, _serialize(state))
 
 
-def save_checkpoint(run_dir: Path, state: dict[str, Any], step: int) -> Path:
+def save_checkpoint(run_dir: Path, state: CheckpointState, step: int) -> Path:
     """Write checkpoints/ckpt_<step>.pt and point checkpoints/latest.pt at the same data."""
     ckpt_dir = checkpoints_dir(run_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,7 @@ def _step_of(name: str) -> int:
     return int(digits) if digits.isdigit() else -1
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> CheckpointState:
     """Load a checkpoint with weights_only=True; anything else is a one-line CheckpointError."""
     path = resolve_checkpoint(path)
     try:
@@ -137,7 +138,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return state
 
 
-def read_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
+def read_checkpoint(path: str | Path) -> tuple[Path, CheckpointState]:
     """Resolve and load a checkpoint; whatever a foreign file makes the unpickler raise becomes
     a one-line CheckpointError (torch.load on arbitrary bytes can raise KeyError, IndexError,
     UnicodeDecodeError, ... besides the errors load_checkpoint already translates)."""
@@ -158,7 +159,7 @@ def intact_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: _step_of(p.name), reverse=True)
 
 
-def newest_intact(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+def newest_intact(run_dir: Path) -> tuple[Path, CheckpointState] | None:
     """The newest ckpt_<step>.pt that loads, and its contents (None if none does)."""
     for path in intact_checkpoints(run_dir):
         try:

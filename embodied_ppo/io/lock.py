@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from embodied_ppo.core.errors import UserError
 
@@ -29,8 +30,9 @@ class RunLock:
         self._file: TextIO | None = None
 
     def acquire(self) -> RunLock:
-        import fcntl
-        import socket
+        """Take the lock and write who holds it; a UserError naming the holder if another
+        process has it."""
+        import fcntl  # in the function: fcntl exists on POSIX systems only
 
         while True:
             f = open(self.path, "a+")  # noqa: SIM115 (held until release)
@@ -66,6 +68,7 @@ class RunLock:
             return False
 
     def release(self) -> None:
+        """Remove the lock file and let the lock go (nothing if it is not held)."""
         if self._file is not None:
             # Remove the file while still holding the lock, then close (which releases it).
             with contextlib.suppress(FileNotFoundError):
@@ -76,5 +79,5 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

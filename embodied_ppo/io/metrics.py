@@ -6,14 +6,18 @@ import json
 import math
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from embodied_ppo.config.schema import WandbConfig
 from embodied_ppo.core.errors import UserError
+from embodied_ppo.core.types import ConfigDict
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.io.video import gif_bytes
+
+if TYPE_CHECKING:
+    import wandb
 
 
 class MetricsLogger:
@@ -25,11 +29,10 @@ class MetricsLogger:
         run_dir: Path,
         start_step: int = 0,
         wandb: WandbConfig | None = None,
-        config: dict[str, Any] | None = None,
+        config: ConfigDict | None = None,
     ) -> None:
-        from torch.utils.tensorboard import (
-            SummaryWriter,  # imported here: deployments never need it
-        )
+        # In the function: only a run that logs loads tensorboard (a deployment never does).
+        from torch.utils.tensorboard import SummaryWriter
 
         # A resumed run repeats the iterations after its checkpoint (at `start_step`): drop
         # what they logged before the interruption, in metrics.jsonl and in TensorBoard.
@@ -43,7 +46,9 @@ class MetricsLogger:
     def log(
         self, global_step: int, iteration: int, wall_time: float, scalars: dict[str, float]
     ) -> None:
-        record: dict[str, Any] = {
+        """One iteration's scalars: a line of metrics.jsonl (non-finite values as null), and
+        the finite ones to TensorBoard and W&B."""
+        record: dict[str, float | None] = {
             "global_step": global_step,
             "iteration": iteration,
             "time": round(wall_time, 3),
@@ -69,10 +74,10 @@ class MetricsLogger:
         what TensorBoard displays for a video, without that dependency.
         """
         if self.wandb is not None and mp4 is not None:
-            import wandb
+            import wandb  # in the function: an optional dependency
 
             self.wandb.log({tag: wandb.Video(str(mp4), format="mp4")}, step=step)
-        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.compat.proto.summary_pb2 import Summary  # as SummaryWriter above
 
         data, height, width = gif_bytes(frames, fps)
         image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=data)
@@ -80,6 +85,7 @@ class MetricsLogger:
         self.writer._get_file_writer().add_summary(summary, step)
 
     def close(self) -> None:
+        """Flush and close the event files, metrics.jsonl and the W&B run."""
         self.writer.close()
         self.file.close()
         if self.wandb is not None:
@@ -90,10 +96,10 @@ class MetricsLogger:
 WANDB_ID_FILE = "wandb_id"  # in the run directory: a resumed run continues its W&B run
 
 
-def _wandb_run(run_dir: Path, settings: WandbConfig, config: dict[str, Any]) -> Any:
+def _wandb_run(run_dir: Path, settings: WandbConfig, config: ConfigDict) -> wandb.Run:
     """A W&B run for this run directory (the same one again on resume)."""
     try:
-        import wandb
+        import wandb  # in the function: an optional dependency
     except ImportError:
         raise UserError(
             "trainer.wandb.project is set, but wandb is not installed: "

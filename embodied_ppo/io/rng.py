@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import numpy as np
 import torch
+
+from embodied_ppo.core.types import CheckpointState
 
 
 # ------------------------------------------------------------------------------------ RNG state
@@ -17,10 +18,10 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rng_state(shuffle: torch.Generator) -> dict[str, Any]:
+def rng_state(shuffle: torch.Generator) -> CheckpointState:
     """Every RNG a run draws from, as tensors and plain values (checkpoint-safe)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    state: dict[str, Any] = {
+    state: CheckpointState = {
         "python": random.getstate(),
         "numpy": {
             "keys": torch.from_numpy(keys.astype(np.int64)),
@@ -36,7 +37,7 @@ def rng_state(shuffle: torch.Generator) -> dict[str, Any]:
     return state
 
 
-def set_rng_state(state: dict[str, Any], shuffle: torch.Generator) -> None:
+def set_rng_state(state: CheckpointState, shuffle: torch.Generator) -> None:
     """Restore `rng_state`."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))

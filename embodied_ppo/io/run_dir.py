@@ -5,11 +5,13 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from embodied_ppo.config.resume import _learning_keys
-from embodied_ppo.config.schema import with_values
+from embodied_ppo.config.building import from_dict, upgrade
+from embodied_ppo.config.loading import apply_overrides, dump_yaml, load_yaml
+from embodied_ppo.config.resume import _learning_keys, check_resume_overrides
+from embodied_ppo.config.schema import Config, with_values
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.io.checkpoint import (
     checkpoints_dir,
     load_checkpoint,
@@ -17,9 +19,6 @@ from embodied_ppo.io.checkpoint import (
     remove_stale_temp_files,
 )
 from embodied_ppo.io.files import atomic_write_bytes
-
-if TYPE_CHECKING:
-    from embodied_ppo.config.schema import Config
 
 
 # ------------------------------------------------------------------------------ run directories
@@ -35,8 +34,6 @@ def create_run_dir(cfg: Config, name: str) -> tuple[Config, Path, bool]:
     Returns (config, run directory, whether the directory was created here: a failing start may
     remove it again).
     """
-    from embodied_ppo.config.loading import dump_yaml
-
     t = cfg.trainer
     run_dir = Path(t.run_dir) if t.run_dir else default_run_dir(name, t.seed)
     if run_dir.is_dir() and not (run_dir / "config.yaml").exists():
@@ -81,7 +78,7 @@ def run_dir_of_target(target: Path) -> Path:
 
 def open_resume(
     target: str | Path, overrides: list[str], writer: bool = True, use_intact: bool = False
-) -> tuple[Config, Path, dict[str, Any] | None]:
+) -> tuple[Config, Path, CheckpointState | None]:
     """Check that a run can resume with `overrides` and load the checkpoint it resumes from.
 
     `target` is a run directory (its checkpoints/latest.pt) or one of its checkpoint files.
@@ -91,10 +88,6 @@ def open_resume(
     distributed run that writes) removes the temp files a killed writer left and records the
     overrides in config.yaml.
     """
-    from embodied_ppo.config.building import from_dict, upgrade
-    from embodied_ppo.config.loading import apply_overrides, dump_yaml, load_yaml
-    from embodied_ppo.config.resume import check_resume_overrides
-
     target = Path(target)
     run_dir = run_dir_of_target(target)
     config_file = run_dir / "config.yaml"

@@ -29,7 +29,7 @@ class VideoWriter:
     """
 
     def __init__(self, path: Path, fps: float) -> None:
-        try:
+        try:  # in the function: imageio is loaded only where a video is written
             import imageio.v2 as imageio
             import imageio_ffmpeg  # noqa: F401  (the ffmpeg binary the plugin needs)
         except ImportError:
@@ -57,6 +57,8 @@ class VideoWriter:
             raise RenderError(f"cannot write video {self.path}: {exc}") from None
 
     def append(self, frame: np.ndarray) -> None:
+        """Add an (H, W, 3 or 4) frame (alpha dropped, odd sizes padded); every frame must have
+        the first one's size."""
         frame = _even(np.ascontiguousarray(frame[..., :3], dtype=np.uint8))
         size = (frame.shape[1], frame.shape[0])
         if self.size is None:
@@ -84,7 +86,7 @@ def gif_bytes(
     frames: list[np.ndarray], fps: float, max_side: int = 240, max_frames: int = 200
 ) -> tuple[bytes, int, int]:
     """A small looping GIF of `frames` (subsampled in time and space) and its (height, width)."""
-    import imageio.v3 as iio
+    import imageio.v3 as iio  # in the function: as in VideoWriter
 
     step_t = max(1, math.ceil(len(frames) / max_frames))
     h, w = frames[0].shape[:2]

@@ -7,12 +7,12 @@ this module or in its `spec` (a PolicySpec, which rebuilds it). Imports torch on
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import torch
 from torch import nn
 
 from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
+from embodied_ppo.core.types import JSONValue
 from embodied_ppo.model.distributions import Categorical, DiagGaussian, Distribution
 from embodied_ppo.model.encoders import DictEncoder
 from embodied_ppo.model.networks import init_linear, mlp
@@ -40,7 +40,7 @@ class ActorCritic(nn.Module):
         critic: build the critic's parts too (False: an actor-only copy, for deployment).
     """
 
-    def __init__(self, spec: PolicySpec | Mapping[str, Any], critic: bool = True) -> None:
+    def __init__(self, spec: PolicySpec | Mapping[str, JSONValue], critic: bool = True) -> None:
         super().__init__()
         self.spec = spec = PolicySpec.coerce(spec)
         self.has_critic = critic

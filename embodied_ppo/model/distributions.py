@@ -34,13 +34,16 @@ class DiagGaussian:
         return self.mean + self.std * noise
 
     def mode(self) -> torch.Tensor:
+        """The most likely action: the mean (B, A)."""
         return self.mean
 
     def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of `action` (B, A), summed over the action dimensions: (B,)."""
         z = (action - self.mean) * torch.exp(-self.log_std)
         return (-0.5 * z.square() - self.log_std - _LOG_SQRT_2PI).sum(dim=-1)  # (B,)
 
     def entropy(self) -> torch.Tensor:
+        """Entropy summed over the action dimensions: (B,)."""
         return (0.5 + _LOG_SQRT_2PI + self.log_std).sum(dim=-1)  # (B,)
 
     def kl(self, other: DiagGaussian) -> torch.Tensor:
@@ -76,12 +79,15 @@ class Categorical:
         return index.clamp(max=self.logits.shape[-1] - 1)
 
     def mode(self) -> torch.Tensor:
+        """The most likely category (B,)."""
         return self.logits.argmax(dim=-1)
 
     def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        """Log-probability of the categories `action` (B,) (any dtype, read as indices)."""
         return self.logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
 
     def entropy(self) -> torch.Tensor:
+        """Entropy (B,); categories of probability 0 contribute 0, not NaN."""
         p_logp = self.probs * self.logits
         return -torch.where(self.probs > 0, p_logp, torch.zeros_like(p_logp)).sum(dim=-1)
 

@@ -85,6 +85,7 @@ class SpatialSoftmax(nn.Module):
         self.log_temperature = nn.Parameter(torch.zeros(()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Keypoints (B, 2C): each channel's expected (x, y) of feature maps (B, C, H, W)."""
         b, c = x.shape[0], x.shape[1]
         logits = x.reshape(b, c, -1) / self.log_temperature.exp()  # (B, C, H*W)
         weights = torch.softmax(logits, dim=-1)
@@ -124,6 +125,7 @@ class ImageEncoder(nn.Module):
         nn.init.zeros_(self.out.bias)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
+        """Features (B, features) of uint8 images (B, H, W, C)."""
         x = image.permute(0, 3, 1, 2).to(torch.float32) / 255.0  # (B, C, H, W) in [0, 1]
         x = self.head(self.convs(x))  # (B, flat)
         return torch.relu(self.out(x))
@@ -153,6 +155,7 @@ class DictEncoder(nn.Module):
         ) + cnn.features * len(self.images)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Features (B, out_dim) of a batch of (normalized) Dict observations."""
         parts = [obs[k] for k in self.vector_keys]
         for k, encoder in self.images.items():
             parts.append(encoder(obs[k]))

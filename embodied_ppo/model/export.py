@@ -7,7 +7,6 @@ import copy
 import io
 import logging
 import warnings
-from typing import Any
 
 import torch
 from torch import nn
@@ -83,7 +82,9 @@ class _OnnxInputs(nn.Module):
         super().__init__()
         self.net, self.dict_obs, self.recurrent = net, is_dict(net), is_recurrent(net)
 
-    def forward(self, *tensors: torch.Tensor) -> Any:
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The network's output for its inputs in `onnx_io` order: the action, and a recurrent
+        policy's new state."""
         parts = tensors[:-1] if self.recurrent else tensors
         obs = dict(zip(self.net.keys, parts, strict=True)) if self.dict_obs else parts[0]
         return self.net(obs, tensors[-1]) if self.recurrent else self.net(obs)

@@ -51,6 +51,7 @@ class ActorCore(nn.Module):
     def forward(
         self, obs: torch.Tensor | dict[str, torch.Tensor], state: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The action of batched inputs, and a recurrent actor's new state (given its state)."""
         action, new_state = self.actor.deterministic_action(obs, state)
         return action if new_state is None else (action, new_state)
 
@@ -80,6 +81,7 @@ class FlatPolicy(nn.Module):
         return (x.unsqueeze(0) if single else x), single
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action of one observation or a batch; refuses a wrong shape or dtype."""
         x, single = self.inputs(obs)
         action = self.core(x)
         return action.squeeze(0) if single else action
@@ -94,6 +96,7 @@ class RecurrentFlatPolicy(FlatPolicy):
         self.state_size = state_size
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        """(action, new state) of one observation or a batch and the state before it."""
         x, single = self.inputs(obs)
         action, new_state = self.core(x, _checked_state(state, single, self.state_size))
         if single:
@@ -150,6 +153,8 @@ class DictPolicy(nn.Module):
         return x, single
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The action of one Dict observation or a batch; refuses a missing key, a wrong shape
+        or dtype."""
         x, single = self.inputs(obs)
         action = self.core(x)
         return action.squeeze(0) if single else action
@@ -173,6 +178,7 @@ class RecurrentDictPolicy(DictPolicy):
     def forward(  # type: ignore[override]
         self, obs: dict[str, torch.Tensor], state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action, new state) of one Dict observation or a batch and the state before it."""
         x, single = self.inputs(obs)
         action, new_state = self.core(x, _checked_state(state, single, self.state_size))
         if single:

@@ -71,7 +71,7 @@ class RunningMeanStd(nn.Module):
 
 
 class ObsNormalizer(RunningMeanStd):
-    """Observation normalizer living inside the policy (DESIGN Rule 2).
+    """Observation normalizer living inside the policy (docs/design.md, rule 2).
 
     `forward` never updates the statistics: the trainer merges each rollout's observations with
     `update`, so evaluation and exported policies are frozen by construction. When disabled it is
@@ -105,10 +105,13 @@ class ObsNormalizer(RunningMeanStd):
     def merge(
         self, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: torch.Tensor
     ) -> None:
+        """Merge precomputed statistics, then refresh the cached shift and scale."""
         super().merge(batch_mean, batch_var, batch_count)
         self.refresh()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """`obs` normalized with the statistics as they are (never updated here), then clipped
+        where `clip` is set."""
         if self.enabled:
             obs = (obs - self.shift) * self.scale
         if self.clip is not None:

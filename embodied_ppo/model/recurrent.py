@@ -32,6 +32,7 @@ class _Cell(nn.Module):
         nn.init.orthogonal_(self.weight_hh)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
+        """The input projection (..., gates x size) of inputs (..., in): any leading shape."""
         return F.linear(x, self.weight_ih, self.bias_ih)
 
     def recur(self, xw: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -58,6 +58,7 @@ def _linear(layer: nn.Linear) -> Layer:
     weight, bias = _array(layer.weight).T.copy(), _array(layer.bias)  # (in, out), (out,)
 
     def apply(x: np.ndarray) -> np.ndarray:
+        """x @ W.T + b, the bias added in place."""
         y = x @ weight
         y += bias
         return y

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Literal
 
+from embodied_ppo.core.types import JSONDict, JSONValue
 from embodied_ppo.model.encoders import CNNSpec
 
 ActionKind = Literal["gaussian", "categorical"]
@@ -81,9 +82,9 @@ class PolicySpec:
         return self.action_kind == "gaussian"
 
     # ------------------------------------------------------------------ checkpoint form
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """The plain dict a checkpoint holds (lists, numbers, strings, None)."""
-        out: dict[str, Any] = {
+        out: JSONDict = {
             "obs_dim": self.obs_dim,
             "action_kind": self.action_kind,
             "action_dim": self.action_dim,
@@ -117,7 +118,7 @@ class PolicySpec:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PolicySpec:
+    def from_dict(cls, data: Mapping[str, JSONValue]) -> PolicySpec:
         """Read `to_dict`'s form (and that of checkpoints written before the CNN's kernels,
         strides and head existed). Raises KeyError or ValueError for anything else."""
         known = {f.name for f in fields(cls)} - {"dict_obs", "recurrent"}
@@ -167,7 +168,7 @@ class PolicySpec:
         )
 
     @classmethod
-    def coerce(cls, spec: PolicySpec | Mapping[str, Any]) -> PolicySpec:
+    def coerce(cls, spec: PolicySpec | Mapping[str, JSONValue]) -> PolicySpec:
         """`spec` itself, or read from its checkpoint form."""
         return spec if isinstance(spec, PolicySpec) else cls.from_dict(spec)
 

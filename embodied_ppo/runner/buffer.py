@@ -34,6 +34,7 @@ class RolloutBuffer:
         T, N = num_steps, num_envs
 
         def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            """A zero tensor on the buffer's device."""
             return torch.zeros(shape, dtype=dtype, device=device)
 
         # (T, N, obs_dim), or {key: (T, N, *shape)} for Dict observations
@@ -84,10 +85,11 @@ class RolloutBuffer:
     def size(self) -> int:
         return self.num_steps * self.num_envs
 
-    def flat(self, *names: str) -> dict:
+    def flat(self, *names: str) -> dict[str, torch.Tensor | dict[str, torch.Tensor]]:
         """Views of the named fields with (T, N) flattened to (T*N,) (observations: per key)."""
 
         def flatten(x: torch.Tensor) -> torch.Tensor:
+            """`x` (T, N, ...) viewed as (T*N, ...)."""
             return x.reshape(self.size, *x.shape[2:])
 
         return {n: map_obs(flatten, getattr(self, n)) for n in names}

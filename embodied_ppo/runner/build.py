@@ -4,7 +4,7 @@ threads."""
 from __future__ import annotations
 
 import os
-from typing import Any, TextIO
+from typing import TextIO
 
 import torch
 
@@ -16,7 +16,7 @@ from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError
 from embodied_ppo.core.system import usable_cores
 from embodied_ppo.core.text import first_line
-from embodied_ppo.core.types import Reduce
+from embodied_ppo.core.types import CheckpointState, Reduce
 from embodied_ppo.env.protocol import VecEnv
 from embodied_ppo.env.spaces import SpaceInfo
 from embodied_ppo.io.checkpoint import load_checkpoint
@@ -145,7 +145,7 @@ def init_from(policy: ActorCritic, path: str, device: torch.device) -> None:
 
 
 def make_reference(
-    cfg: Config, policy: ActorCritic, device: torch.device, resume: dict[str, Any] | None
+    cfg: Config, policy: ActorCritic, device: torch.device, resume: CheckpointState | None
 ) -> ActorCritic:
     """The frozen reference policy: a resumed run's own; else algorithm.reference_checkpoint,
     or a snapshot of `policy` as training starts (after model.init_from)."""
@@ -202,7 +202,7 @@ def make_in_reward_kl(
     cfg: Config,
     policy: ActorCritic,
     reference: ActorCritic | None,
-    resume: dict[str, Any] | None,
+    resume: CheckpointState | None,
     reduce: Reduce | None,
 ) -> InRewardKL | None:
     """The in-reward KL penalty (algorithm.use_kl_in_reward), with a resumed run's

@@ -8,14 +8,14 @@ exactly those of the policy the update starts from. The rollout is staged on the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO
+from typing import Literal, TextIO
 
 import numpy as np
 import torch
 
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.core.obs import map_obs, set_obs
-from embodied_ppo.core.types import Reduce
+from embodied_ppo.core.types import CheckpointState, Reduce
 from embodied_ppo.env.protocol import StepResult, VecEnv
 from embodied_ppo.env.spaces import Obs
 from embodied_ppo.model.actor_critic import ActorCritic
@@ -76,9 +76,9 @@ class _Rollout:
     terms: tuple[np.ndarray, np.ndarray] | None  # a state-independent Gaussian's noise terms
     episodic: bool
     first: bool  # the run's first rollout: its observations are merged and it is re-evaluated
+    done: np.ndarray  # (N,) episodic: which envs have finished their episode
+    steps: int  # its length: T, or fewer where all episodes of an episodic rollout ended
     finals: list[tuple[int, np.ndarray, Obs]] = field(default_factory=list)  # truncations
-    done: np.ndarray | None = None  # episodic: which envs have finished their episode
-    steps: int = 0
     new_state: torch.Tensor | None = None  # a recurrent policy's state after this step
 
 
@@ -126,7 +126,7 @@ class Collector:
         self.rnn_state.zero_()
         self.episode_starts.fill(True)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> CheckpointState:
         """The envs mid-episode, the observation acted on next and a recurrent policy's states
         (checkpoint-safe)."""
         obs = None if self.obs is None else map_obs(lambda x: torch.from_numpy(x.copy()), self.obs)
@@ -139,7 +139,7 @@ class Collector:
         return {"envs": self.envs.get_state(), "obs": obs, "recurrent": recurrent}
 
     def restore(
-        self, state: dict[str, Any] | None, fresh_seeds: list[int], steps: int
+        self, state: CheckpointState | None, fresh_seeds: list[int], steps: int
     ) -> str | None:
         """Put the envs back where `state()` left them; returns why that failed, or None.
 
@@ -196,8 +196,10 @@ class Collector:
         # after it and the rollout re-evaluated, so even the first update sees normalized inputs.
         first = self.policy.needs_obs_statistics()
         before = (self._reset_states(), self.episode_starts.copy()) if first else None
-        run = _Rollout(RolloutStats(), noise, self.acting.noise_terms(noise), episodic, first)
-        run.done, run.steps = np.zeros(N, dtype=bool), T
+        run = _Rollout(
+            RolloutStats(), noise, self.acting.noise_terms(noise), episodic, first,
+            done=np.zeros(N, dtype=bool), steps=T,
+        )  # fmt: skip
         self.merged = False
         obs = self.obs
         for t in range(T):
@@ -322,8 +324,8 @@ class Collector:
 
     # ------------------------------------------------------------------ observation statistics
     def merge_obs_statistics(self) -> None:
-        """Merge the last rollout's observations into the policy's normalizers (rule 2), unless
-        `collect` already did (the first rollout of a run).
+        """Merge the last rollout's observations into the policy's normalizers (docs/design.md,
+        rule 2), unless `collect` already did (the first rollout of a run).
 
         Called after the update, so collection, the stored log-probs and values, and the update of
         one iteration all see the same normalization (the first ratio of an update is exactly 1).

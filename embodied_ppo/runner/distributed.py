@@ -6,18 +6,27 @@ function here is a no-op in a single process, so the training code calls them un
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 import torch.distributed as dist
 
 from embodied_ppo.core.errors import TrainingError, UserError
 from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import CheckpointState
+
+if TYPE_CHECKING:
+    from embodied_ppo.runner.collector import RolloutStats
+
+T = TypeVar("T")
 
 
 def launched_by_torchrun() -> bool:
+    """Whether torchrun started this process as one of several (WORLD_SIZE > 1)."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
@@ -32,18 +41,22 @@ def launch_rank() -> int:
 
 
 def is_initialized() -> bool:
+    """Whether this process has joined a process group."""
     return dist.is_available() and dist.is_initialized()
 
 
 def rank() -> int:
+    """This process's rank in the group (0 outside one)."""
     return dist.get_rank() if is_initialized() else 0
 
 
 def world_size() -> int:
+    """The number of processes in the group (1 outside one)."""
     return dist.get_world_size() if is_initialized() else 1
 
 
 def is_main() -> bool:
+    """Whether this is process 0, the one that writes files and prints."""
     return rank() == 0
 
 
@@ -76,18 +89,24 @@ def init(device_name: str, backend: str = "auto", timeout_s: float = 600.0) -> N
 
 
 def shutdown() -> None:
+    """Leave the process group, if this process joined one."""
     if is_initialized():
         dist.destroy_process_group()
 
 
-def _guard(what: str):
+def _guard(what: str) -> contextlib.AbstractContextManager[None]:
     """Turn a collective's timeout or a dead peer into a TrainingError with a clear message."""
 
     class _Ctx:
         def __enter__(self) -> None:
             return None
 
-        def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        def __exit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc: BaseException | None,
+            tb: TracebackType | None,
+        ) -> bool:
             if exc is not None and isinstance(exc, RuntimeError | dist.DistBackendError):
                 raise TrainingError(
                     f"rank {rank()}: {what} failed: another rank died, hangs or timed out "
@@ -142,7 +161,7 @@ def broadcast_module(module: torch.nn.Module) -> None:
             dist.broadcast(t.data, src=0)
 
 
-def broadcast_object(obj: Any) -> Any:
+def broadcast_object(obj: T) -> T:
     """Rank 0's `obj` on every rank."""
     if not is_initialized():
         return obj
@@ -152,17 +171,18 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
-def gather_objects(obj: Any) -> list[Any]:
+def gather_objects(obj: T) -> list[T]:
     """Every rank's `obj`, in rank order, on every rank."""
     if not is_initialized():
         return [obj]
-    out: list[Any] = [None] * world_size()
+    out: list[T | None] = [None] * world_size()
     with _guard("an object all-gather"):
         dist.all_gather_object(out, obj)
-    return out
+    return cast("list[T]", out)  # every entry filled in by the all-gather
 
 
 def barrier() -> None:
+    """Wait until every process of the group gets here."""
     if is_initialized():
         with _guard("a barrier"):
             dist.barrier()
@@ -181,7 +201,7 @@ def agree(flag: bool) -> bool:
 
 
 def gather_episodes(
-    stats: Any,
+    stats: RolloutStats,
 ) -> tuple[list[float], list[int], int, list[float], list[dict[str, float]]]:
     """Every process's finished episodes (returns, lengths), steps, successes and episode
     logs, on every process (the fields of a collector.RolloutStats, in order)."""
@@ -201,7 +221,7 @@ def gather_episodes(
     return returns, lengths, sum(p[2] for p in parts), successes, logs
 
 
-def local_view(state: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def local_view(state: CheckpointState) -> tuple[CheckpointState, str | None]:
     """A checkpoint as this process reads it (its own envs, RNG and reward returns), and why
     the envs cannot continue where they stood (None when they can)."""
     ranks = state.get("ranks")

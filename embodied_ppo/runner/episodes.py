@@ -6,7 +6,6 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -15,9 +14,14 @@ from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import ConfigError, RenderError
 from embodied_ppo.core.obs import map_obs
 from embodied_ppo.core.text import first_line
+from embodied_ppo.env.make import make_one
+from embodied_ppo.env.preflight import check_env_id
 from embodied_ppo.env.protocol import episode_log
+from embodied_ppo.env.seeding import env_seeds
 from embodied_ppo.env.spaces import Obs, describe_spaces, obs_cast
 from embodied_ppo.io.render import GLChoice, configure_headless_gl, has_display
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.distributions import DiagGaussian, Distribution
 from embodied_ppo.model.inference import InferenceNet, initial_state, is_recurrent
 
 # Evaluation envs draw their seeds from global env indices no training env uses (training envs
@@ -25,15 +29,19 @@ from embodied_ppo.model.inference import InferenceNet, initial_state, is_recurre
 EVAL_ENV_OFFSET = 1 << 32
 
 
+# An action as an env takes it: a Box action (A,) float32, or a Discrete action's index.
+EnvAction = np.ndarray | int
+
 # One observation (an array, or a dict of arrays) -> one action. An Action with memory (a
 # recurrent policy) also has `reset()`, called before every episode.
-Action = Callable[[Any], Any]
+Action = Callable[[Obs], EnvAction]
+
+# An observation batch on the policy's device.
+Tensors = torch.Tensor | dict[str, torch.Tensor]
 
 
 def eval_seeds(seed: int, episodes: int) -> list[int]:
     """The reset seed of each evaluation episode, derived from `seed`."""
-    from embodied_ppo.env.seeding import env_seeds
-
     return env_seeds(seed, episodes, offset=EVAL_ENV_OFFSET)
 
 
@@ -70,11 +78,11 @@ class EvalResult:
         keys = dict.fromkeys(k for log in self.logs for k in log)
         return {k: float(np.mean([log[k] for log in self.logs if k in log])) for k in keys}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, float | dict[str, float] | None]:
         """Mean and std of the returns, mean length, success rate and the env's own metrics
         (`metrics/<name>` of info["log"] under `<name>`; every log key under `log`)."""
         means = self.log_means()
-        out: dict[str, Any] = {
+        out: dict[str, float | dict[str, float] | None] = {
             "mean_return": self.mean_return,
             "std_return": self.std_return,
             "mean_length": self.mean_length,
@@ -100,9 +108,6 @@ class EpisodeRunner:
     """One evaluation environment, optionally rendering rgb_array frames."""
 
     def __init__(self, env_cfg: EnvConfig, render: bool = False) -> None:
-        from embodied_ppo.env.make import make_one
-        from embodied_ppo.env.preflight import check_env_id
-
         self.env_cfg = env_cfg
         self.render = render
         self.gl: GLChoice | None = configure_headless_gl() if render else None
@@ -219,6 +224,7 @@ class EpisodeRunner:
         return result
 
     def close(self) -> None:
+        """Close the env."""
         # Frees the GL context now, while the GL library is still loaded (no errors at exit).
         self.env.close()
 
@@ -226,14 +232,17 @@ class EpisodeRunner:
 class _Recurrent:
     """An Action that carries a recurrent policy's state from step to step."""
 
-    def __init__(self, step: Callable[[Obs, torch.Tensor], tuple[Any, torch.Tensor]]) -> None:
+    def __init__(
+        self, step: Callable[[Obs, torch.Tensor | None], tuple[EnvAction, torch.Tensor]]
+    ) -> None:
         self.step = step
         self.state: torch.Tensor | None = None
 
     def reset(self) -> None:
+        """Start the next episode from the initial state."""
         self.state = None
 
-    def __call__(self, obs: Obs) -> Any:
+    def __call__(self, obs: Obs) -> EnvAction:
         action, self.state = self.step(obs, self.state)
         return action
 
@@ -242,16 +251,19 @@ def deterministic_action(net: InferenceNet) -> Action:
     """The deployed policy's action for one observation, as the env expects it."""
     device = next(iter(net.buffers())).device
 
-    def as_env_action(action: torch.Tensor) -> Any:
+    def as_env_action(action: torch.Tensor) -> EnvAction:
+        """The network's action as the env takes it (a discrete one as an int)."""
         action = action.cpu().numpy()
         return int(action) if not net.is_gaussian else action
 
-    def tensors(obs: Obs) -> Any:
+    def tensors(obs: Obs) -> Tensors:
+        """The observation on the network's device."""
         return map_obs(lambda x: torch.from_numpy(x).to(device), obs)
 
     if is_recurrent(net):
 
-        def step(obs: Obs, state: torch.Tensor | None) -> tuple[Any, torch.Tensor]:
+        def step(obs: Obs, state: torch.Tensor | None) -> tuple[EnvAction, torch.Tensor]:
+            """The action and the new state (the initial state where `state` is None)."""
             if state is None:
                 state = initial_state(net)[0]
             with torch.no_grad():
@@ -260,34 +272,36 @@ def deterministic_action(net: InferenceNet) -> Action:
 
         return _Recurrent(step)
 
-    def act(obs: Obs) -> Any:
+    def act(obs: Obs) -> EnvAction:
+        """The deterministic action of one observation."""
         with torch.no_grad():
             return as_env_action(net(tensors(obs)))
 
     return act
 
 
-def stochastic_action(policy: Any, seed: int) -> Action:
+def stochastic_action(policy: ActorCritic, seed: int) -> Action:
     """Sample from the policy's distribution with its own generator (reproducible per seed)."""
-    from embodied_ppo.model.distributions import DiagGaussian
-
     gen = torch.Generator().manual_seed(seed)
     device = next(policy.parameters()).device
     low = policy.action_low.cpu().numpy()
     high = policy.action_high.cpu().numpy()
 
-    def sample(dist: Any) -> Any:
+    def sample(dist: Distribution) -> EnvAction:
+        """One action drawn from `dist` (a batch of one); a Gaussian one clipped as envs clip."""
         action = dist.sample(policy.sample_noise(1, torch.device("cpu"), gen).to(device))[0]
         if isinstance(dist, DiagGaussian):
             return np.clip(action.cpu().numpy(), low, high)  # as training envs clip
         return int(action)
 
-    def batch(obs: Obs) -> Any:
+    def batch(obs: Obs) -> Tensors:
+        """One observation as a batch of one on the policy's device."""
         return map_obs(lambda x: torch.from_numpy(x).to(device).unsqueeze(0), obs)
 
     if policy.state_size:
 
-        def step(obs: Obs, state: torch.Tensor | None) -> tuple[Any, torch.Tensor]:
+        def step(obs: Obs, state: torch.Tensor | None) -> tuple[EnvAction, torch.Tensor]:
+            """A sampled action and the new state (the initial state where `state` is None)."""
             if state is None:
                 state = policy.initial_state(1, device)
             with torch.no_grad():
@@ -296,7 +310,8 @@ def stochastic_action(policy: Any, seed: int) -> Action:
 
         return _Recurrent(step)
 
-    def act(obs: Obs) -> Any:
+    def act(obs: Obs) -> EnvAction:
+        """A sampled action of one observation."""
         with torch.no_grad():
             return sample(policy(batch(obs))[0])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from embodied_ppo.runner.episodes import EpisodeRunner, deterministic_action, ev
 
 # ------------------------------------------------------------------------------------ training
 def best_checkpoint_path(run_dir: Path) -> Path:
+    """RUN_DIR/checkpoints/best.pt: the policy of the best evaluation so far."""
     return checkpoints_dir(run_dir) / "best.pt"
 
 
@@ -64,6 +64,7 @@ class PeriodicEvaluator:
                 ) from None
 
     def due(self, iteration: int, num_iterations: int) -> bool:
+        """Whether an evaluation follows `iteration` (every `interval`, and the last one)."""
         return iteration % self.interval == 0 or iteration == num_iterations
 
     def _films(self, iteration: int, num_iterations: int) -> bool:
@@ -82,7 +83,7 @@ class PeriodicEvaluator:
         iteration: int,
         num_iterations: int,
         global_step: int,
-        save_best: Callable[[dict[str, Any]], None],
+        save_best: Callable[[dict[str, float]], None],
         logger: MetricsLogger | None = None,
     ) -> dict[str, float]:
         """Evaluate `policy` now; returns the eval/ scalars to log.
@@ -137,4 +138,5 @@ class PeriodicEvaluator:
         return scalars
 
     def close(self) -> None:
+        """Close the evaluation env."""
         self.runner.close()

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING
+
+import torch
 
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.env.preflight import check_env, check_episodic
-
-if TYPE_CHECKING:
-    import torch
-
-    from embodied_ppo.env.spaces import SpaceInfo
+from embodied_ppo.env.spaces import SpaceInfo
+from embodied_ppo.model.encoders import CNNSpec, cnn_output_size
+from embodied_ppo.model.snapshot import unsupported_part
 
 
 def check_policy(cfg: Config, info: SpaceInfo) -> None:
@@ -73,8 +72,6 @@ def _check_obs_keys(cfg: Config, info: SpaceInfo) -> None:
     for key in set(actor) | set(critic):
         spec = info.obs_keys[key]
         if spec.kind == "image":
-            from embodied_ppo.model.encoders import CNNSpec, cnn_output_size
-
             cnn = CNNSpec(m.cnn_channels, m.cnn_features, m.cnn_kernels, m.cnn_strides, m.cnn_head)
             if cnn_output_size(spec.shape, cnn) < 1:
                 raise ConfigError(
@@ -90,8 +87,6 @@ def resolve_device(name: str, key: str = "trainer.device") -> torch.device:
     """The device `name` (auto | cpu | cuda | cuda:N) means on this machine: `auto` is cuda
     when available, else cpu; a malformed name or an unavailable cuda is a one-line error
     naming `key`."""
-    import torch
-
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
         raise ConfigError(f"{key}: got {name!r}, allowed: auto | cpu | cuda | cuda:N")
     if name == "auto":
@@ -115,8 +110,6 @@ HOST_INFERENCE_MAX_ENVS = 256
 
 def inference_path(mode: str, policy: torch.nn.Module, num_envs: int) -> str:
     """`host` (numpy snapshot) or `device` (torch) for `trainer.inference: auto | host | device`."""
-    from embodied_ppo.model.snapshot import unsupported_part
-
     missing = unsupported_part(policy)
     if mode == "host" and missing is not None:
         raise ConfigError(

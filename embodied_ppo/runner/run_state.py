@@ -3,7 +3,7 @@
 Everything needed to continue a run exactly (docs/design.md, rule 6): the parameters, the
 optimizer, the normalizers and reward scaler, every random generator, the step, the reference
 policy and the environments in the middle of their episodes; as tensors and plain values
-(rule 5).
+(docs/design.md, rule 5).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -20,6 +19,7 @@ from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, TrainingError
 from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.core.version import __version__
 from embodied_ppo.env.seeding import env_seeds
 from embodied_ppo.io.checkpoint import (
@@ -57,7 +57,7 @@ class RunState:
     saved_iteration: int
     resume_note: str | None
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> CheckpointState:
         """Everything needed to continue this run, as tensors and plain values."""
         collector = self.collector.state()
         reference = None
@@ -112,7 +112,7 @@ class RunState:
         self.last_checkpoint, self.saved_iteration = Path(path), self.iteration
         return self.last_checkpoint
 
-    def save_best(self, evaluation: dict[str, Any]) -> None:
+    def save_best(self, evaluation: dict[str, float]) -> None:
         """Write checkpoints/best.pt: the run state now, with the evaluation that made it best."""
         write_checkpoint(
             checkpoints_dir(self.run_dir) / "best.pt", self.state() | {"eval": evaluation}
@@ -121,7 +121,7 @@ class RunState:
     def _last_good(self) -> str:
         return str(self.last_checkpoint) if self.last_checkpoint else "none written yet"
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: CheckpointState) -> None:
         """Continue from a checkpoint of this run (its process's own view of it)."""
         if not same_spec(state.get("model_spec"), self.policy.spec):
             raise CheckpointError(

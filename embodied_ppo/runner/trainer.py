@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from embodied_ppo.config.scale import per_process
 from embodied_ppo.config.schema import CRITIC_FREE, Config
 from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.text import Discard
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.env import make_env
 from embodied_ppo.env.seeding import env_seeds, group_seeds, noise_seed
 from embodied_ppo.io.metrics import MetricsLogger
@@ -48,6 +49,7 @@ from embodied_ppo.runner.build import (
     update_threads,
 )
 from embodied_ppo.runner.collector import RolloutStats
+from embodied_ppo.runner.evaluator import PeriodicEvaluator
 from embodied_ppo.runner.preflight import check_policy, resolve_device
 from embodied_ppo.runner.run_state import RunState
 from embodied_ppo.runner.scalars import IterationTiming, iteration_scalars
@@ -66,7 +68,7 @@ class Trainer(RunState):
         self,
         cfg: Config,
         run_dir: Path,
-        resume: dict[str, Any] | None = None,
+        resume: CheckpointState | None = None,
         progress_stream: TextIO | None = None,
         notes: TextIO | None = None,
     ) -> None:
@@ -87,8 +89,6 @@ class Trainer(RunState):
         # Built before the training envs: with videos it picks the headless GL backend first.
         self.evaluator = None
         if t.eval_interval is not None and self.main:
-            from embodied_ppo.runner.evaluator import PeriodicEvaluator
-
             self.evaluator = PeriodicEvaluator(cfg, self.run_dir)
         # This process steps global envs offset .. offset + N - 1 (env k is the same env whatever
         # the number of processes).
@@ -143,7 +143,7 @@ class Trainer(RunState):
         self,
         should_stop: Callable[[], bool] | None = None,
         on_iteration: Callable[[dict[str, float]], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, float | int | bool]:
         """Train to trainer.total_steps; returns a summary of the last iteration.
 
         `should_stop` (e.g. a signals.GracefulStop) is polled between iterations, the points
@@ -221,6 +221,8 @@ class Trainer(RunState):
         return iteration_scalars(stats, metrics, buf, timing, scaler) | extra
 
     def _collect(self) -> RolloutStats:
+        """One rollout (episodic where the estimator is critic-free); an env's failure is a
+        TrainingError naming the iteration and the last good checkpoint."""
         t, a, e = self.cfg.trainer, self.cfg.algorithm, self.cfg.env
         seeds = None
         if a.adv_type in CRITIC_FREE:  # one episode per env, groups sharing their seeds
