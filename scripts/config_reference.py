@@ -112,7 +112,7 @@ combination that is not supported is refused the same way. `null` is YAML's "non
 A config needs only what differs from the defaults; `env.id` is the one required key. On the
 command line, any key can be set with its dotted path and a YAML value:
 
-<!-- runnable: trainer.seed=3 => trainer.seed=3 trainer.total_steps=1024 trainer.compile=false -->
+<!-- runnable: trainer.seed=3 => trainer.seed=3 trainer.total_steps=512 trainer.compile=false -->
 ```bash
 embodied-ppo train configs/cartpole.yaml model.hidden_sizes=[32,32] algorithm.value_clip=null trainer.seed=3
 ```

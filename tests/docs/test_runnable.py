@@ -30,6 +30,13 @@ def _env() -> dict[str, str]:
     }
 
 
+def _one_core() -> None:
+    """The blocks run on one core (the budget the doc tests keep to, on a machine others use):
+    the package then sizes its threads for one core, as it would on such a machine."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
 class Session:
     """A reader's terminal: blocks run in one folder, and what a bash block exports (e.g.
     `export PYTHONPATH=.`) holds for the blocks after it."""
@@ -53,7 +60,13 @@ class Session:
         else:
             cmd = [sys.executable, "-c", code]
         out = subprocess.run(
-            cmd, cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=600
+            cmd,
+            cwd=self.folder,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            preexec_fn=_one_core,
         )
         assert out.returncode == 0, (
             f"{block.where} ({block.lang}) exited {out.returncode}:\n{code}\n"
