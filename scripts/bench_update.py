@@ -135,13 +135,17 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
         )
         threads = "numpy BLAS: every core in the update"
     else:
+        from embodied_ppo.algo.settings import UpdateSettings
         from embodied_ppo.algo.update import PPOUpdate, make_optimizer
         from embodied_ppo.runner.build import update_threads
 
         n = update_threads(torch.device("cpu"), policy, mb)
         torch.set_num_threads(n)
         upd = PPOUpdate(
-            policy, algo, optim, make_optimizer(policy, optim), g, compile=contender == "compiled"
+            policy,
+            make_optimizer(policy, optim),
+            g,
+            UpdateSettings(algo, optim, compile=contender == "compiled"),
         )
         threads = f"torch: {n}"
     start = time.perf_counter()

@@ -32,7 +32,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "app": frozenset({"core", "config", "model", "io", "env", "algo", "runner"}),
 }
 # The package's own top-level modules: `__init__` (the lazy public API) and `__main__`.
-TOP = {"__init__": frozenset({"app", "core"}), "__main__": frozenset({"app"})}
+TOP = {"__init__": frozenset(ALLOWED), "__main__": frozenset({"app"})}
 MAX_LINES = 400
 
 

@@ -8,13 +8,14 @@ import torch
 
 from embodied_ppo.algo.losses import ppo_loss
 from embodied_ppo.algo.reward_scaling import RewardScaler
+from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import PPOUpdate, make_optimizer
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.env.gym_backend import GymnasiumVecEnv
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.build import policy_spec
-from embodied_ppo.runner.collector import Collector
+from embodied_ppo.runner.collector import Collector, CollectorSettings
 from embodied_ppo.runner.preflight import inference_path
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
@@ -71,11 +72,9 @@ def make_update(
     optim = OptimConfig(lr=1e-3, **(optim_kw or {}))
     upd = PPOUpdate(
         policy,
-        algo,
-        optim,
         make_optimizer(policy, optim),
         torch.Generator().manual_seed(1),
-        compile=compile,
+        UpdateSettings(algo, optim, compile=compile),
     )
     metrics = upd.update(batch if batch is not None else random_batch(kind), 8)
     return policy, metrics
@@ -130,6 +129,6 @@ def build(cfg, micro=None, inference="auto"):
         cfg.env.num_envs, cfg.algorithm.gamma, cfg.env.normalize_reward, cfg.env.clip_reward
     )
     path = inference_path(inference, policy, cfg.env.num_envs)
-    col = Collector(envs, policy, buf, scaler, CPU, path, micro)
+    col = Collector(envs, policy, buf, scaler, CollectorSettings(CPU, path, micro))
     col.start()
     return envs, policy, buf, col

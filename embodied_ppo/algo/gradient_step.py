@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Hashable, Iterator
-from typing import TextIO
 
 import torch
 from torch import Tensor
@@ -31,7 +30,8 @@ from embodied_ppo.algo.compiler import _await_probe, _is_compile_failure, _missi
 from embodied_ppo.algo.kl import kl_estimate
 from embodied_ppo.algo.losses import ppo_loss
 from embodied_ppo.algo.schedules import adapt_learning_rate
-from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
+from embodied_ppo.algo.settings import UpdateSettings
+from embodied_ppo.config.schema import AlgorithmConfig
 from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.distributions import DiagGaussian
@@ -70,21 +70,21 @@ class GradientStep:
     minibatches that are neither split into micro-batches nor reduced across processes.
 
     Args:
+        settings: the algorithm and optimizer blocks; `compile` compiles the step with
+            torch.compile (if compiling fails, no C++ compiler, no Triton, the step runs eagerly
+            after one note to `notes`).
         reference: frozen reference policy of the KL loss (used when algo.use_kl_loss).
-        compile: compile the step with torch.compile; if compiling fails (no C++ compiler, no
-            Triton) the step runs eagerly after one note to `notes`.
     """
 
     def __init__(
         self,
         policy: ActorCritic,
         optimizer: torch.optim.Adam,
-        algo: AlgorithmConfig,
-        optim: OptimConfig,
+        settings: UpdateSettings,
         reference: ActorCritic | None = None,
-        compile: bool = False,
-        notes: TextIO | None = None,
     ) -> None:
+        algo, optim, compile = settings.algo, settings.optim, settings.compile
+        notes = settings.notes
         self.policy, self.optimizer, self.algo, self.optim = policy, optimizer, algo, optim
         self.reference = reference if algo.use_kl_loss else None
         self.names = [n for n, p in policy.named_parameters() if p.requires_grad]
@@ -392,6 +392,10 @@ class GradientStep:
         """`grads` and `apply` of one whole minibatch in one call: metrics + STEP_FIELDS."""
         out = self._guarded(2, self.flat.detach(), mb, weights, lr, adam)
         return out.clone() if self.cudagraphs else out
+
+    def will_compile(self) -> bool:
+        """Whether the next update compiles (no update with its inputs has run yet)."""
+        return self.compiled and self._trusted is None
 
     @contextlib.contextmanager
     def calls(self, signature: Hashable) -> Iterator[None]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TextIO
 
 import torch
 from torch import Tensor
@@ -15,9 +14,9 @@ from embodied_ppo.algo.minibatches import (
     sequence_chunks,
     sequence_minibatch_indices,
 )
-from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
+from embodied_ppo.algo.settings import UpdateSettings
+from embodied_ppo.config.schema import OptimConfig
 from embodied_ppo.core.obs import map_obs
-from embodied_ppo.core.types import Reduce
 from embodied_ppo.model.actor_critic import ActorCritic
 
 # The fields of a minibatch handed to the gradient step, in its order (a recurrent policy's
@@ -67,29 +66,25 @@ class PPOUpdate:
     is the minibatch gradient: Rule 3), all-reduced, then applied.
 
     Args:
+        optimizer: the Adam that holds the policy's parameters (and whose state is saved).
         generator: CPU generator for minibatch shuffling (its state is checkpointed).
+        settings: the algorithm and optimizer blocks, compilation and the run's scale.
         reference: frozen policy of the KL loss (algo.use_kl_loss).
-        reduce: sums a tensor over the processes of a distributed run; None in one process.
-        compile: compile the gradient step (see `gradient_step`).
     """
 
     def __init__(
         self,
         policy: ActorCritic,
-        algo: AlgorithmConfig,
-        optim: OptimConfig,
         optimizer: torch.optim.Adam,
         generator: torch.Generator,
+        settings: UpdateSettings,
         reference: ActorCritic | None = None,
-        reduce: Reduce | None = None,
-        compile: bool = False,
-        notes: TextIO | None = None,
     ) -> None:
-        self.algo, self.optim, self.optimizer = algo, optim, optimizer
-        self.generator, self.reduce = generator, reduce
+        self.algo, self.optim, self.optimizer = settings.algo, settings.optim, optimizer
+        self.generator, self.reduce = generator, settings.reduce
         self.recurrent = policy.state_size > 0
         self.fields = MINIBATCH_FIELDS + (RECURRENT_FIELDS if self.recurrent else ())
-        self.step = GradientStep(policy, optimizer, algo, optim, reference, compile, notes)
+        self.step = GradientStep(policy, optimizer, settings, reference)
         self.names = self.step.metric_names
 
     @property

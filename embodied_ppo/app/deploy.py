@@ -3,10 +3,10 @@
 Everything here needs torch only (no gymnasium, mujoco or tensorboard), so a robotics stack can
 `import embodied_ppo; embodied_ppo.load_policy(path)` with nothing else of ours installed.
 
-The same :class:`PolicyNet` is what evaluation runs, what `load_policy` returns (wrapped for numpy
-input) and what `export` writes as TorchScript or ONNX, so all of them act identically:
-normalizer folded in as float32 constants, deterministic (Gaussian mean / categorical argmax),
-Gaussian actions clipped to the action bounds.
+The same inference network (`model.inference`) is what evaluation runs, what `load_policy`
+returns (wrapped for numpy input) and what `export` writes as TorchScript or ONNX, so all of
+them act identically: the trained module's own actor with its normalizer, deterministic
+(Gaussian mean / categorical argmax), Gaussian actions clipped to the action bounds.
 """
 
 from __future__ import annotations
@@ -19,31 +19,29 @@ import torch
 from torch import nn
 
 from embodied_ppo.core.errors import CheckpointError, ObservationError
+from embodied_ppo.core.text import first_line
 from embodied_ppo.io.checkpoint import read_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
-from embodied_ppo.model.inference import (
-    DictPolicyNet,
-    InferenceNet,
-    RecurrentDictPolicyNet,
-    inference_net,
-    is_recurrent,
-)
+from embodied_ppo.model.inference import InferenceNet, inference_net, is_dict, is_recurrent
+from embodied_ppo.model.spec import PolicySpec
 
 
 class Policy(nn.Module):
     """What :func:`load_policy` returns: the inference network, also taking numpy arrays.
 
     Call it with a tensor and get a tensor (on the policy's device); call it with a numpy array
-    (or a list) and get a numpy array back. Observation shape and dtype are checked with a clear
-    :class:`ObservationError`.
+    (or a list) and get a numpy array back. A wrong shape or dtype, or a NaN or Inf in the
+    observation (unless `check_finite` is False), is an :class:`ObservationError` (a
+    ValueError) that names what was expected.
 
     A recurrent policy (``policy.recurrent``) takes and returns its state:
     ``action, state = policy(obs, state)``, with ``state=None`` (or ``initial_state()``) at an
     episode's start.
 
     Attributes:
-        net: the underlying inference network (what export writes).
+        net: the underlying inference network (what evaluation runs and export writes).
         metadata: observation/action shapes and bounds, env id, source checkpoint, step.
+        check_finite: whether observations with NaN or Inf are refused.
     """
 
     def __init__(
@@ -56,10 +54,12 @@ class Policy(nn.Module):
 
     @property
     def obs_dim(self) -> int:
-        return self.net.obs_dim
+        """Size of a flat observation (0 for Dict observations)."""
+        return 0 if is_dict(self.net) else int(self.net.obs_dim)
 
     @property
     def recurrent(self) -> bool:
+        """Whether the policy takes and returns a recurrent state."""
         return is_recurrent(self.net)
 
     @property
@@ -74,114 +74,76 @@ class Policy(nn.Module):
         return np.zeros(shape, dtype=np.float32)
 
     def forward(self, obs: Any, state: Any = None) -> Any:
-        x, as_numpy, single = self._prepare(obs)
-        if not self.recurrent:
-            if state is not None:
-                raise ObservationError("state: this policy is not recurrent; call policy(obs)")
-            with torch.no_grad():
-                action = self.net(x)
-            return action.cpu().numpy() if as_numpy else action
-        device = self.net.action_low.device
-        if state is None:
-            state = torch.from_numpy(self.initial_state(None if single else x_rows(x)))
+        """The action for `obs` (and, recurrent, the new state), numpy in -> numpy out."""
+        as_numpy = not isinstance(
+            next(iter(obs.values())) if isinstance(obs, dict) else obs, torch.Tensor
+        )
+        x = self._tensors(obs)
+        device = next(iter(self.net.buffers())).device
+        x = {k: v.to(device) for k, v in x.items()} if isinstance(x, dict) else x.to(device)
+        if not self.recurrent and state is not None:
+            raise ObservationError("state: this policy is not recurrent; call policy(obs)")
         try:
-            state = torch.as_tensor(state, dtype=torch.float32).to(device)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise ObservationError(
-                f"state: cannot convert {type(state).__name__} ({str(exc).splitlines()[0]})"
-            ) from None
-        expected = (self.state_size,) if single else (x_rows(x), self.state_size)
-        if tuple(state.shape) != expected:
-            raise ObservationError(
-                f"state: expected shape {expected} for this observation, got {tuple(state.shape)}"
-            )
-        with torch.no_grad():
-            action, new_state = self.net(x, state)
+            with torch.no_grad():
+                if not self.recurrent:
+                    out = self.net(x)
+                else:
+                    out = self.net(x, self._state(state, x, device))
+        except ValueError as exc:  # the network's own checks of shapes and dtypes
+            raise ObservationError(str(exc)) from None
         if as_numpy:
-            return action.cpu().numpy(), new_state.cpu().numpy()
-        return action, new_state
+            return out.cpu().numpy() if not self.recurrent else tuple(o.cpu().numpy() for o in out)
+        return out
 
-    def _prepare(self, obs: Any) -> tuple[Any, bool, bool]:
-        """(observation on the device, whether it came as numpy, whether it is unbatched)."""
-        if isinstance(self.net, (DictPolicyNet, RecurrentDictPolicyNet)):
-            return self._prepare_dict(obs)
-        as_numpy = not isinstance(obs, torch.Tensor)
-        if as_numpy:
-            try:
-                obs = torch.as_tensor(obs)
-            except (TypeError, ValueError, RuntimeError) as exc:
+    def _tensors(self, obs: Any) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The observation as tensors, NaN/Inf refused (where checked)."""
+        if is_dict(self.net):
+            if not isinstance(obs, dict):
                 raise ObservationError(
-                    f"observation: expected a float array of shape ({self.obs_dim},) or (batch, {self.obs_dim}); "
-                    f"cannot convert {type(obs).__name__} ({str(exc).splitlines()[0]})"
-                ) from None
-        self._check(obs)
-        self._finite(obs, None)
-        return obs.to(self.net.action_low.device), as_numpy, obs.dim() == 1
+                    f"observation: expected a dict with keys {', '.join(self.net.keys)}, got "
+                    f"{type(obs).__name__}"
+                )
+            x = {}
+            for key, image in zip(self.net.keys, self.net.images, strict=True):
+                if key in obs:
+                    x[key] = _tensor(obs[key], f"key {key!r} ")
+                    if not image:
+                        self._finite(x[key], key)
+            return x
+        want = f"({self.obs_dim},) or (batch, {self.obs_dim})"
+        x = _tensor(obs, "", f"expected a float array of shape {want}; ")
+        self._finite(x, None)
+        return x
 
-    def _prepare_dict(self, obs: Any) -> tuple[dict[str, torch.Tensor], bool, bool]:
-        net = self.net
-        if not isinstance(obs, dict):
-            raise ObservationError(
-                f"observation: expected a dict with keys {', '.join(net.keys)}, got {type(obs).__name__}"
+    def _state(self, state: Any, x: Any, device: torch.device) -> torch.Tensor:
+        """A recurrent state on the device: zeros where none is given (an episode's start)."""
+        first = next(iter(x.values())) if isinstance(x, dict) else x
+        single = first.dim() == (len(self.net.shapes[0]) if is_dict(self.net) else 1)
+        if state is None:
+            return torch.zeros(
+                (self.state_size,) if single else (first.shape[0], self.state_size), device=device
             )
-        missing = [k for k in net.keys if k not in obs]
-        if missing:
-            raise ObservationError(f"observation: missing key(s) {', '.join(missing)}")
-        as_numpy = not isinstance(obs[net.keys[0]], torch.Tensor)
-        device = net.action_low.device
-        x = {}
-        single = False
-        for i, (key, shape, image) in enumerate(zip(net.keys, net.shapes, net.images, strict=True)):
-            try:
-                t = torch.as_tensor(obs[key])
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise ObservationError(
-                    f"observation: key {key!r} cannot be converted ({str(exc).splitlines()[0]})"
-                ) from None
-            if tuple(t.shape[-len(shape) :]) != tuple(shape) or t.dim() not in (
-                len(shape),
-                len(shape) + 1,
-            ):
-                raise ObservationError(
-                    f"observation: key {key!r} expected shape {tuple(shape)} or (batch, *{tuple(shape)}), "
-                    f"got {tuple(t.shape)}"
-                )
-            if image and t.dtype != torch.uint8:
-                raise ObservationError(
-                    f"observation: image key {key!r} expected uint8, got {t.dtype}"
-                )
-            if not image and not t.is_floating_point():
-                raise ObservationError(
-                    f"observation: key {key!r} expected floating-point values, got {t.dtype}"
-                )
-            if not image:
-                self._finite(t, key)
-            if i == 0:
-                single = t.dim() == len(shape)
-            x[key] = t.to(device)
-        return x, as_numpy, single
+        return _tensor(state, "", what="state").to(device, torch.float32)
 
     def _finite(self, obs: torch.Tensor, key: str | None) -> None:
-        if self.check_finite and not bool(torch.isfinite(obs).all()):
+        if self.check_finite and obs.is_floating_point() and not bool(torch.isfinite(obs).all()):
             where = f" key {key!r}" if key is not None else ""
             raise ObservationError(
                 f"observation{where}: contains NaN or Inf (a failed sensor?); the policy would "
                 "act on garbage (load_policy(..., check_finite=False) to allow it)"
             )
 
-    def _check(self, obs: torch.Tensor) -> None:
-        shape = f"({self.obs_dim},) or (batch, {self.obs_dim})"
-        if obs.dim() not in (1, 2) or obs.shape[-1] != self.obs_dim:
-            raise ObservationError(f"observation: expected shape {shape}, got {tuple(obs.shape)}")
-        if not obs.is_floating_point():
-            raise ObservationError(
-                f"observation: expected a floating-point array of shape {shape} (float32), got dtype {obs.dtype}"
-            )
 
-
-def x_rows(x: torch.Tensor | dict[str, torch.Tensor]) -> int:
-    """Rows of a batched observation (a tensor, or a dict of them)."""
-    return int(next(iter(x.values())).shape[0] if isinstance(x, dict) else x.shape[0])
+def _tensor(value: Any, where: str, hint: str = "", what: str = "observation") -> torch.Tensor:
+    """`value` as a tensor, or an ObservationError naming what could not be converted."""
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ObservationError(
+            f"{what}: {where}{hint}cannot convert {type(value).__name__} ({first_line(exc)})"
+        ) from None
 
 
 def build_actor_critic(state: dict[str, Any], where: str) -> ActorCritic:
@@ -202,59 +164,62 @@ def build_actor_critic(state: dict[str, Any], where: str) -> ActorCritic:
 
 
 def policy_metadata(
-    spec: dict[str, Any], source: str | None = None, global_step: int | None = None
+    spec: PolicySpec, source: str | None = None, global_step: int | None = None
 ) -> dict[str, Any]:
     """Shapes, dtypes and bounds of the inference policy's input and output (JSON-safe)."""
-    gaussian = spec["action_kind"] == "gaussian"
     action: dict[str, Any] = {
-        "kind": spec["action_kind"],
-        "shape": [int(spec["action_dim"])] if gaussian else [],
-        "dtype": "float32" if gaussian else "int64",
+        "kind": spec.action_kind,
+        "shape": [spec.action_dim] if spec.is_gaussian else [],
+        "dtype": "float32" if spec.is_gaussian else "int64",
     }
-    if gaussian:
-        action["low"] = [float(v) for v in spec["action_low"]]
-        action["high"] = [float(v) for v in spec["action_high"]]
+    if spec.is_gaussian:
+        action["low"] = list(spec.action_low or ())
+        action["high"] = list(spec.action_high or ())
     else:
-        action["num_actions"] = int(spec["action_dim"])
-    observation: dict[str, Any] = {"shape": [int(spec["obs_dim"])], "dtype": "float32"}
-    if spec.get("obs_keys") is not None:  # the actor's keys: what the deployed policy takes
+        action["num_actions"] = spec.action_dim
+    observation: dict[str, Any] = {"shape": [spec.obs_dim], "dtype": "float32"}
+    if spec.dict_obs is not None:  # the actor's keys: what the deployed policy takes
+        keys = spec.dict_obs.keys
         observation = {
             "keys": {
                 k: {
-                    "shape": list(spec["obs_keys"][k]["shape"]),
-                    "dtype": "uint8" if spec["obs_keys"][k]["kind"] == "image" else "float32",
+                    "shape": list(keys[k].shape),
+                    "dtype": "uint8" if keys[k].kind == "image" else "float32",
                 }
-                for k in spec["actor_keys"]
+                for k in spec.dict_obs.actor_keys
             }
         }
     meta = {
-        "env_id": spec.get("env_id"),
+        "env_id": spec.env_id,
         "observation": observation,
         "action": action,
         "source_checkpoint": source,
         "global_step": global_step,
     }
-    if spec.get("recurrent") is not None:
-        layers, size = int(spec["recurrent_layers"]), int(spec["recurrent_size"])
-        parts = 2 if spec["recurrent"] == "lstm" else 1
+    if spec.recurrent is not None:
+        r = spec.recurrent
+        parts = 2 if r.kind == "lstm" else 1
         meta["recurrent"] = {
-            "kind": spec["recurrent"],
-            "layers": layers,
-            "size": size,
+            "kind": r.kind,
+            "layers": r.layers,
+            "size": r.size,
             # The actor's state only: per layer [h, c] (LSTM) or h (GRU), flattened.
-            "state_shape": [layers * parts * size],
+            "state_shape": [r.layers * parts * r.size],
             "initial_state": "zeros, at every episode start",
         }
     return meta
 
 
 def policy_from_state(
-    state: dict[str, Any], source: str = "checkpoint", device: str | torch.device = "cpu"
+    state: dict[str, Any],
+    source: str = "checkpoint",
+    device: str | torch.device = "cpu",
+    check_finite: bool = True,
 ) -> Policy:
     """Build the inference :class:`Policy` from a loaded checkpoint dict."""
-    net = inference_net(build_actor_critic(state, source))
-    meta = policy_metadata(state["model_spec"], source, _int_or_none(state.get("global_step")))
-    return Policy(net, meta).to(device)
+    policy = build_actor_critic(state, source)
+    meta = policy_metadata(policy.spec, source, _int_or_none(state.get("global_step")))
+    return Policy(inference_net(policy), meta, check_finite).to(device)
 
 
 def load_policy(
@@ -280,9 +245,7 @@ def load_policy(
         CheckpointError: the file is missing, truncated, or not an embodied-ppo checkpoint.
     """
     ckpt, state = read_checkpoint(path)
-    policy = policy_from_state(state, str(ckpt), device)
-    policy.check_finite = check_finite
-    return policy
+    return policy_from_state(state, str(ckpt), device, check_finite)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -14,13 +14,12 @@ from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.model.export import (
     FORMATS,
     ONNX_OPSET,
-    _dict_obs,
     _require_onnx,
     onnx_bytes,
     onnx_io,
     torchscript_bytes,
 )
-from embodied_ppo.model.inference import is_recurrent
+from embodied_ppo.model.inference import is_dict, is_recurrent
 
 
 class ExportResult(NamedTuple):
@@ -83,7 +82,7 @@ def export_policy(source: str | Path, fmt: str, out: str | Path | None = None) -
     from embodied_ppo.core.version import __version__
 
     net = policy.net
-    if _dict_obs(net):
+    if is_dict(net):
         # One input per key of the actor ("batch" = any size); TorchScript takes them as a dict.
         inputs: dict[str, Any] = {
             "input_names": list(net.keys),

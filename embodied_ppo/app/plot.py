@@ -153,9 +153,23 @@ def _labels(groups: list[list[Run]]) -> list[str]:
             name = env or group[0].path.name
         else:
             name = group[0].path.name
-        seeds = len(group)
-        labels.append(f"{name} ({seeds} seeds)" if seeds > 1 else f"{name} ({group[0].path.name})")
+        labels.append(f"{name} ({_seeds_text(group)})")
     return labels
+
+
+def _seeds_text(group: list[Run]) -> str:
+    """What a group's runs are: one run's name, or its seeds counted by value (two runs of one
+    seed are one seed)."""
+    if len(group) == 1:
+        return group[0].path.name
+    seeds = {
+        run.config.get("trainer", {}).get("seed") if isinstance(run.config.get("trainer"), dict)
+        else None
+        for run in group
+    }  # fmt: skip
+    n = len(seeds)
+    seeds_part = f"{n} seed{'s' if n != 1 else ''}"
+    return seeds_part if n == len(group) else f"{len(group)} runs, {seeds_part}"
 
 
 def mean_band(
@@ -220,7 +234,10 @@ def plot_runs(
             style = "-" if kind == "train" else "--"
             # Evaluations are sparse and already averaged over episodes: smooth training only.
             steps, mean, std = mean_band(curves, smooth if kind == "train" else 1)
-            ax.plot(steps, mean, style, color=color, label=f"{label} {kind}", linewidth=1.6)
+            # A curve of one point (one evaluation so far) is a marker, not an invisible line.
+            marker = "o" if steps.size == 1 or kind == "eval" else None
+            ax.plot(steps, mean, style, color=color, label=f"{label} {kind}", linewidth=1.6,
+                    marker=marker, markersize=4)  # fmt: skip
             if len(curves) > 1:
                 ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     ax.set_xlabel("environment steps")

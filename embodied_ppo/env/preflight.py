@@ -1,4 +1,6 @@
-"""The checks of a config that need its environment (one env is built): the id, the modules that register it, env.kwargs, env.wrappers, the spaces, and the episodic time limit. Each refusal is one line naming the key."""
+"""The checks of a config that need its environment (one env is built): the id, the modules
+that register it, env.kwargs, env.wrappers, the spaces, and the episodic time limit. Each
+refusal is one line naming the key."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from embodied_ppo.config.schema import CRITIC_FREE, Config, EnvConfig
 from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.core.text import first_line
 
 if TYPE_CHECKING:
     from embodied_ppo.env.spaces import SpaceInfo, UnsupportedSpace
@@ -31,6 +34,11 @@ def check_env_id(env_id: str, imports: list[str] | None = None) -> None:
         return
     close = difflib.get_close_matches(name, list(gym.registry.keys()), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    if not module:  # perhaps a user's own env whose module nothing imported
+        hint += (
+            f"; if your own module registers it, name the module: env.id=my_module:{name} or "
+            "env.imports=[my_module]"
+        )
     where = f" (after importing {module!r})" if module else ""
     raise ConfigError(f"env.id: unknown environment {name!r}{where}{hint}")
 
@@ -40,10 +48,18 @@ def _import(module: str, key: str) -> None:
 
     try:
         importlib.import_module(module)
-    except Exception as exc:  # not found, or the module itself fails
-        text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module.split(".")[0] == exc.name.split(".")[0]:
+            raise ConfigError(
+                f"{key}: no module named {module!r}: Python finds modules in the current "
+                "directory and on PYTHONPATH (e.g. PYTHONPATH=/path/to/its/folder)"
+            ) from None
         raise ConfigError(
-            f"{key}: cannot import {module!r} ({type(exc).__name__}: {text})"
+            f"{key}: cannot import {module!r} ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
+    except Exception as exc:  # the module itself fails
+        raise ConfigError(
+            f"{key}: cannot import {module!r} ({type(exc).__name__}: {first_line(exc)})"
         ) from None
 
 
@@ -86,7 +102,7 @@ def _spaces(cfg: EnvConfig) -> SpaceInfo:
         key = getattr(exc, "key", None)  # a task's own refusal of one of its arguments
         if not isinstance(key, str):
             raise _cannot_create(cfg, exc) from None
-        raise ConfigError(f"env.kwargs.{key}: {_first_line(exc)}") from None
+        raise ConfigError(f"env.kwargs.{key}: {first_line(exc)}") from None
     except TypeError as exc:
         raise ConfigError(
             f"env.kwargs: {cfg.id} rejected the arguments {cfg.kwargs}: {exc}"
@@ -111,13 +127,8 @@ def _spaces(cfg: EnvConfig) -> SpaceInfo:
         env.close()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
-
-
 def _cannot_create(cfg: EnvConfig, exc: BaseException) -> ConfigError:
-    return ConfigError(f"env.id: cannot create {cfg.id} ({type(exc).__name__}: {_first_line(exc)})")
+    return ConfigError(f"env.id: cannot create {cfg.id} ({type(exc).__name__}: {first_line(exc)})")
 
 
 def _spaces_for_envpool(cfg: EnvConfig) -> SpaceInfo:

@@ -18,13 +18,25 @@ class Progress:
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.total, self.period = total_steps, period
         self.last_print = -math.inf
+        self.open_line = False  # a terminal's progress line waits for its newline
 
-    def update(self, step: int, sps: float, mean_return: float | None, final: bool = False) -> None:
+    def update(
+        self,
+        step: int,
+        sps: float,
+        mean_return: float | None,
+        final: bool = False,
+        eta_sps: float | None = None,
+    ) -> None:
+        """Show the run at `step` (steps per second, mean return of recent episodes); the ETA
+        comes from `eta_sps` where given (a rate that leaves out one-off costs such as
+        compiling the update), else from `sps`."""
         now = time.monotonic()
         if not self.tty and not final and now - self.last_print < self.period:
             return
         self.last_print = now
-        eta = (self.total - step) / sps if sps > 0 else math.inf
+        rate = sps if eta_sps is None else eta_sps
+        eta = (self.total - step) / rate if rate > 0 else math.inf
         ret = "n/a" if mean_return is None else f"{mean_return:.1f}"
         line = (
             f"step {step:,}/{self.total:,} ({100.0 * min(step, self.total) / self.total:5.1f}%) | "
@@ -32,9 +44,17 @@ class Progress:
         )
         if self.tty:
             self.stream.write("\r\033[K" + line + ("\n" if final else ""))
+            self.open_line = not final
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def close(self) -> None:
+        """End the progress line, so that what is printed next starts on a line of its own."""
+        if self.open_line:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open_line = False
 
     def note(self, text: str) -> None:
         """A line of its own (on a terminal, in place of the progress line, which follows)."""

@@ -43,7 +43,12 @@ def create_run_dir(cfg: Config, name: str) -> tuple[Config, Path, bool]:
         # A start killed while writing config.yaml leaves only its temp file: not a run yet.
         for leftover in run_dir.glob(".config.yaml.*.tmp"):
             leftover.unlink(missing_ok=True)
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(
+            f"trainer.run_dir: {str(run_dir)!r} is a file, not a directory; choose a new or "
+            "empty directory"
+        )
+    if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(
             f"trainer.run_dir: {str(run_dir)!r} already exists; continue it with "
             f"`embodied-ppo train --resume {run_dir}` or choose another trainer.run_dir"

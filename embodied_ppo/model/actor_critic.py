@@ -1,12 +1,12 @@
 """The actor-critic module: normalizer -> backbone(s) -> Gaussian or categorical head + value head.
 
 Everything a deployed policy needs (normalizer statistics, action bounds, architecture) lives in
-this module or in its `spec`, a plain dict that rebuilds it. Imports torch only.
+this module or in its `spec` (a PolicySpec, which rebuilds it). Imports torch only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -14,10 +14,11 @@ from torch import nn
 
 from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
 from embodied_ppo.model.distributions import Categorical, DiagGaussian, Distribution
-from embodied_ppo.model.encoders import CNNSpec, DictEncoder
+from embodied_ppo.model.encoders import DictEncoder
 from embodied_ppo.model.networks import init_linear, mlp
 from embodied_ppo.model.normalizer import ObsNormalizer
 from embodied_ppo.model.recurrent import RecurrentCore
+from embodied_ppo.model.spec import PolicySpec
 
 Obs = torch.Tensor | dict[str, torch.Tensor]
 
@@ -30,85 +31,93 @@ class ActorCritic(nn.Module):
     key (channels-last uint8, scaled inside), concatenated into the MLP; the actor reads
     `actor_keys`, a separate critic `critic_keys` (which may include privileged state).
 
+    The actor is wired here once: training's distributions and the deployed policy's
+    `deterministic_action` run the same parts in the same order (`model.inference` wraps an
+    actor-only copy of this module, `model.snapshot` is checked against it).
+
     Args:
-        spec: plain dict with keys obs_dim, action_kind ("gaussian" | "categorical"), action_dim
-            (dimensions, or number of actions), action_low / action_high (lists, Gaussian only),
-            hidden_sizes, activation, share_backbone, log_std_init, state_dependent_std, init,
-            normalize_obs, clip_obs; for Dict observations also obs_keys ({key: {"shape": [..],
-            "kind": "image" | "vector"}}), actor_keys, critic_keys, cnn_channels, cnn_features,
-            cnn_kernels, cnn_strides, cnn_head (see encoders.CNNSpec).
+        spec: the architecture (a PolicySpec, or its checkpoint dict).
+        critic: build the critic's parts too (False: an actor-only copy, for deployment).
     """
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: PolicySpec | Mapping[str, Any], critic: bool = True) -> None:
         super().__init__()
-        self.spec = dict(spec)
-        obs_dim, act_dim = int(spec["obs_dim"]), int(spec["action_dim"])
-        hidden, act = list(spec["hidden_sizes"]), spec["activation"]
-        ortho = spec["init"] == "orthogonal"
-        self.is_gaussian = spec["action_kind"] == "gaussian"
-        self.state_dependent_std = bool(spec["state_dependent_std"]) and self.is_gaussian
-        self.share_backbone = bool(spec["share_backbone"])
+        self.spec = spec = PolicySpec.coerce(spec)
+        self.has_critic = critic
+        obs_dim, act_dim = spec.obs_dim, spec.action_dim
+        hidden, act = list(spec.hidden_sizes), spec.activation
+        ortho = spec.init == "orthogonal"
+        self.is_gaussian = spec.is_gaussian
+        self.state_dependent_std = spec.state_dependent_std and self.is_gaussian
+        self.share_backbone = spec.share_backbone
+        separate_critic = critic and not self.share_backbone
 
-        self.dict_obs = spec.get("obs_keys") is not None
-        if self.dict_obs:
-            keys = spec["obs_keys"]
-            self.actor_keys = sorted(spec["actor_keys"])
-            self.critic_keys = sorted(spec["critic_keys"])
+        self.dict_obs = spec.dict_obs is not None
+        if spec.dict_obs is not None:
+            keys, cnn = spec.dict_obs.keys, spec.dict_obs.cnn
+            self.actor_keys = list(spec.dict_obs.actor_keys)
+            self.critic_keys = list(spec.dict_obs.critic_keys) if critic else []
             # One normalizer per vector key, shared by actor and critic (the same statistics).
+            read = set(self.actor_keys) | set(self.critic_keys)
             self.obs_normalizers = nn.ModuleDict(
                 {
-                    k: ObsNormalizer(
-                        tuple(v["shape"]), enabled=spec["normalize_obs"], clip=spec["clip_obs"]
-                    )
+                    k: ObsNormalizer(v.shape, enabled=spec.normalize_obs, clip=spec.clip_obs)
                     for k, v in keys.items()
-                    if v["kind"] == "vector" and k in set(self.actor_keys) | set(self.critic_keys)
+                    if v.kind == "vector" and k in read
                 }
             )
-            cnn = CNNSpec.from_spec(spec)
             self.actor_encoder = DictEncoder(self.actor_keys, keys, cnn)
             self.critic_encoder = (
-                None if self.share_backbone else DictEncoder(self.critic_keys, keys, cnn)
+                DictEncoder(self.critic_keys, keys, cnn) if separate_critic else None
             )
             actor_in = self.actor_encoder.out_dim
             critic_in = actor_in if self.critic_encoder is None else self.critic_encoder.out_dim
         else:
             self.obs_normalizer = ObsNormalizer(
-                (obs_dim,), enabled=spec["normalize_obs"], clip=spec["clip_obs"]
+                (obs_dim,), enabled=spec.normalize_obs, clip=spec.clip_obs
             )
             actor_in = critic_in = obs_dim
         # An optional recurrent core between the inputs and the MLP (the actor's, and a separate
         # critic's own); its state is one flat tensor per env: [actor | critic].
-        self.recurrent = spec.get("recurrent")
+        r = spec.recurrent
+        self.recurrent = None if r is None else r.kind
         self.actor_rnn = self.critic_rnn = None
-        if self.recurrent is not None:
-            size, layers = int(spec["recurrent_size"]), int(spec["recurrent_layers"])
-            self.actor_rnn = RecurrentCore(self.recurrent, actor_in, size, layers)
-            if not self.share_backbone:
-                self.critic_rnn = RecurrentCore(self.recurrent, critic_in, size, layers)
-            actor_in = critic_in = size
+        if r is not None:
+            self.actor_rnn = RecurrentCore(r.kind, actor_in, r.size, r.layers)
+            if separate_critic:
+                self.critic_rnn = RecurrentCore(r.kind, critic_in, r.size, r.layers)
+            actor_in = critic_in = r.size
         self.actor_backbone = mlp(actor_in, hidden, act, ortho)
         # With a shared backbone the critic reads the actor's features.
-        self.critic_backbone = None if self.share_backbone else mlp(critic_in, hidden, act, ortho)
+        self.critic_backbone = mlp(critic_in, hidden, act, ortho) if separate_critic else None
         feat = hidden[-1]
         self.action_head = nn.Linear(feat, act_dim)
-        self.value_head = nn.Linear(feat, 1)
+        self.value_head = nn.Linear(feat, 1) if critic else None
         if ortho:
             init_linear(self.action_head, 0.01)
-            init_linear(self.value_head, 1.0)
+            if self.value_head is not None:
+                init_linear(self.value_head, 1.0)
         if self.is_gaussian:
             if self.state_dependent_std:
-                self.log_std_head = init_linear(
-                    nn.Linear(feat, act_dim), 0.01, spec["log_std_init"]
-                )
+                self.log_std_head = init_linear(nn.Linear(feat, act_dim), 0.01, spec.log_std_init)
             else:
-                self.log_std = nn.Parameter(torch.full((act_dim,), float(spec["log_std_init"])))
-            low = torch.as_tensor(spec["action_low"], dtype=torch.float32)
-            high = torch.as_tensor(spec["action_high"], dtype=torch.float32)
+                self.log_std = nn.Parameter(torch.full((act_dim,), float(spec.log_std_init)))
+            low = torch.as_tensor(spec.action_low, dtype=torch.float32)
+            high = torch.as_tensor(spec.action_high, dtype=torch.float32)
         else:
-            low = high = torch.zeros(0)
+            low, high = torch.zeros(0), torch.zeros(0)  # (two tensors: a trace shares none)
         # Action bounds travel with the module (used by the deployed policy to clip).
         self.register_buffer("action_low", low)
         self.register_buffer("action_high", high)
+
+    def actor_copy(self) -> ActorCritic:
+        """A frozen copy of the actor's parts alone (normalizers, encoder, core, backbone,
+        head, std, bounds): what a deployed policy runs, with this module's weights."""
+        actor = ActorCritic(self.spec, critic=False)
+        own = self.state_dict()
+        actor.load_state_dict({k: own[k].detach().clone() for k in actor.state_dict()})
+        actor.requires_grad_(False)
+        return actor.eval()
 
     def normalize(self, obs: Obs) -> Obs:
         """The observation as the encoders read it (vector keys normalized and clipped)."""
@@ -137,14 +146,14 @@ class ActorCritic(nn.Module):
         enabled = [n for n in norms if n.enabled]
         return bool(enabled) and all(n.count.item() == 0 for n in enabled)
 
-    def _inputs(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _inputs(self, obs: Obs, critic: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What the actor's and a separate critic's networks read (B, in): the normalized
-        observation, or the encoded Dict observation."""
+        observation, or the encoded Dict observation (`critic` False: the actor's alone)."""
         x = self.normalize(obs)
         if not self.dict_obs:
             return x, x
-        critic = None if self.critic_encoder is None else self.critic_encoder(x)
-        return self.actor_encoder(x), critic
+        separate = critic and self.critic_encoder is not None
+        return self.actor_encoder(x), self.critic_encoder(x) if separate else None
 
     def _features(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         actor_in, critic_in = self._inputs(obs)
@@ -249,7 +258,7 @@ class ActorCritic(nn.Module):
     ) -> torch.Tensor:
         """Noise for `act`, drawn for a whole batch at once so chunking never changes samples."""
         dist_cls = DiagGaussian if self.is_gaussian else Categorical
-        return dist_cls.noise(batch, int(self.spec["action_dim"]), device, generator)
+        return dist_cls.noise(batch, self.spec.action_dim, device, generator)
 
     def act(
         self, obs: Obs, noise: torch.Tensor | None = None, deterministic: bool = False
@@ -269,3 +278,24 @@ class ActorCritic(nn.Module):
     def value(self, obs: Obs) -> torch.Tensor:
         """State value (B,) only."""
         return self.value_head(self._critic_features(obs)).squeeze(-1)
+
+    # ------------------------------------------------------------------ the deployed actor
+    @property
+    def actor_state_size(self) -> int:
+        """Size of the actor's own recurrent state (what a deployed policy carries; 0: none)."""
+        return 0 if self.actor_rnn is None else self.actor_rnn.state_size
+
+    def deterministic_action(
+        self, obs: Obs, state: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The deployed action for raw observations (B, ...): the Gaussian mean clipped to the
+        action bounds, or the most likely category; and a recurrent actor's new state, given
+        its state before (B, actor_state_size) (zeros at an episode's start)."""
+        actor_in, _ = self._inputs(obs, critic=False)
+        new_state = None
+        if self.actor_rnn is not None:
+            actor_in, new_state = self.actor_rnn.step(actor_in, state)
+        out = self.action_head(self.actor_backbone(actor_in))  # (B, A) means or logits
+        if self.is_gaussian:
+            return torch.maximum(torch.minimum(out, self.action_high), self.action_low), new_state
+        return out.argmax(dim=-1), new_state

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -51,18 +52,6 @@ class CNNSpec:
         if self.head not in CNN_HEADS:
             raise ValueError(f"CNN head {self.head!r}: expected one of {', '.join(CNN_HEADS)}")
         self.layers = [(int(k), int(s)) for k, s in zip(kernels, strides)]
-
-    @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> CNNSpec:
-        """From a policy spec (specs written before kernels, strides and head existed use
-        the defaults, which are what those policies were built with)."""
-        return cls(
-            list(spec["cnn_channels"]),
-            int(spec["cnn_features"]),
-            spec.get("cnn_kernels"),
-            spec.get("cnn_strides"),
-            spec.get("cnn_head", "flatten"),
-        )
 
     def output_hw(self, shape: tuple[int, ...] | list[int]) -> tuple[int, int]:
         """(height, width) of the last feature map for an (H, W, C) image ((0, 0): none)."""
@@ -140,24 +129,27 @@ class ImageEncoder(nn.Module):
         return torch.relu(self.out(x))
 
 
+class ObsKeyLike(Protocol):
+    """One key of a Dict observation as the encoder reads it (model.spec.ObsKeySpec)."""
+
+    shape: tuple[int, ...]
+    kind: str
+
+
 class DictEncoder(nn.Module):
     """The features of the keys `keys` of a (normalized) Dict observation: the vector keys as
     they are, then each image key through its own ImageEncoder, concatenated (in sorted key
     order within each kind). TorchScript-friendly (it is part of the exported policy)."""
 
-    def __init__(self, keys: list[str], obs_keys: dict[str, dict[str, Any]], cnn: CNNSpec) -> None:
+    def __init__(self, keys: list[str], obs_keys: Mapping[str, ObsKeyLike], cnn: CNNSpec) -> None:
         super().__init__()
         keys = sorted(keys)
-        self.vector_keys = [k for k in keys if obs_keys[k]["kind"] == "vector"]
+        self.vector_keys = [k for k in keys if obs_keys[k].kind == "vector"]
         self.images = nn.ModuleDict(
-            {
-                k: ImageEncoder(obs_keys[k]["shape"], cnn)
-                for k in keys
-                if obs_keys[k]["kind"] == "image"
-            }
+            {k: ImageEncoder(obs_keys[k].shape, cnn) for k in keys if obs_keys[k].kind == "image"}
         )
         self.out_dim = sum(
-            int(obs_keys[k]["shape"][0]) for k in self.vector_keys
+            int(obs_keys[k].shape[0]) for k in self.vector_keys
         ) + cnn.features * len(self.images)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

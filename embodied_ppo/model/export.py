@@ -1,4 +1,5 @@
-"""The inference network as bytes: TorchScript (what libtorch loads) and ONNX (torch's torch.export-based exporter)."""
+"""The inference network as bytes: TorchScript (what libtorch loads) and ONNX (torch's
+torch.export-based exporter). Both write the same `InferenceNet` that evaluation runs."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from torch import nn
 
 from embodied_ppo.core.errors import ExportError
 from embodied_ppo.model.inference import (
-    DictPolicyNet,
+    ActorCore,
     InferenceNet,
-    RecurrentDictPolicyNet,
+    actor_of,
+    inference_net,
+    is_dict,
     is_recurrent,
 )
 
@@ -38,20 +41,38 @@ def _require_onnx() -> None:
         )
 
 
+def example_inputs(net: InferenceNet, batch: int = 2) -> list[torch.Tensor]:
+    """Zero inputs of `net` with a leading batch: the observation (or one tensor per actor
+    key, in order), then a recurrent state."""
+    if is_dict(net):
+        example = [
+            torch.zeros(batch, *shape, dtype=torch.uint8 if image else torch.float32)
+            for shape, image in zip(net.shapes, net.images, strict=True)
+        ]
+    else:
+        example = [torch.zeros(batch, net.obs_dim)]
+    if is_recurrent(net):
+        example.append(torch.zeros(batch, net.state_size))
+    return example
+
+
 def torchscript_bytes(net: InferenceNet) -> bytes:
-    """The scripted network, serialized (loadable with torch.jit.load and libtorch)."""
+    """The network, serialized for torch.jit.load and libtorch: its input checks compiled by
+    TorchScript around a trace of the trained module's actor (the actor runs no Python-level
+    branches on data, so its trace is its computation)."""
+    actor = actor_of(net)
+    example = example_inputs(net)
+    inputs = dict(zip(net.keys, example, strict=False)) if is_dict(net) else example[0]
+    args = (inputs, example[-1]) if is_recurrent(net) else (inputs,)
     with warnings.catch_warnings():
-        # torch.jit.script is deprecated in favor of torch.export, but TorchScript is still what
-        # libtorch (C++) loads; the warning would only confuse users.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        scripted = torch.jit.script(copy.deepcopy(net).cpu())
+        # torch.jit is deprecated in favor of torch.export, but TorchScript is still what
+        # libtorch (C++) loads; the warnings would only confuse users.
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(ActorCore(copy.deepcopy(actor).cpu()), args, check_trace=False)
+        scripted = torch.jit.script(inference_net(actor, core=traced))
         buffer = io.BytesIO()
         torch.jit.save(scripted, buffer)
     return buffer.getvalue()
-
-
-def _dict_obs(net: nn.Module) -> bool:
-    return isinstance(net, (DictPolicyNet, RecurrentDictPolicyNet))
 
 
 class _OnnxInputs(nn.Module):
@@ -60,7 +81,7 @@ class _OnnxInputs(nn.Module):
 
     def __init__(self, net: InferenceNet) -> None:
         super().__init__()
-        self.net, self.dict_obs, self.recurrent = net, _dict_obs(net), is_recurrent(net)
+        self.net, self.dict_obs, self.recurrent = net, is_dict(net), is_recurrent(net)
 
     def forward(self, *tensors: torch.Tensor) -> Any:
         parts = tensors[:-1] if self.recurrent else tensors
@@ -71,7 +92,7 @@ class _OnnxInputs(nn.Module):
 def onnx_io(net: InferenceNet) -> tuple[list[str], list[str]]:
     """The ONNX graph's input and output names: ``obs`` (or the actor's keys), ``state`` for a
     recurrent policy; ``action``, and ``state_out`` for a recurrent policy."""
-    inputs = list(net.keys) if _dict_obs(net) else ["obs"]
+    inputs = list(net.keys) if is_dict(net) else ["obs"]
     if is_recurrent(net):
         return [*inputs, "state"], ["action", "state_out"]
     return inputs, ["action"]
@@ -84,15 +105,7 @@ def onnx_bytes(net: InferenceNet) -> bytes:
     _require_onnx()
     net = copy.deepcopy(net).cpu()
     batch = torch.export.Dim("batch")
-    if _dict_obs(net):
-        example = [
-            torch.zeros(2, *shape, dtype=torch.uint8 if image else torch.float32)
-            for shape, image in zip(net.shapes, net.images, strict=True)
-        ]
-    else:
-        example = [torch.zeros(2, net.obs_dim)]
-    if is_recurrent(net):
-        example.append(torch.zeros(2, net.state_size))
+    example = example_inputs(net)
     names, outputs = onnx_io(net)
     # The exporter is chatty (missing torchvision ops, pytree deprecations); none of it matters here.
     noisy = logging.getLogger("torch.onnx")

@@ -109,17 +109,64 @@ def unsupported_part(policy: nn.Module) -> str | None:
     return None
 
 
+class SnapshotMismatch(ValueError):
+    """The snapshot does not compute what the module computes (the module's forward pass
+    changed in a way the snapshot does not know): collection must run the module itself."""
+
+
+# The snapshot's outputs may differ from the module's by float32 rounding, not more.
+CHECK_TOLERANCE = 1e-4
+CHECK_ROWS = 8
+
+
 class NumpyPolicy:
     """The forward pass of an ActorCritic in float32 numpy, from a snapshot of its weights.
 
     Sampling uses noise given by the caller (drawn for a whole rollout at once), with the rules
     of the torch distributions: Gaussian action = mean + std * noise, categorical by inverse CDF.
+
+    Built from the module's parts, then checked against the module itself on a few probe
+    observations (`check`): a snapshot that would compute anything else raises
+    SnapshotMismatch instead of acting.
     """
 
     def __init__(self, policy: ActorCritic) -> None:
         missing = unsupported_part(policy)
         if missing is not None:
             raise ValueError(f"the numpy snapshot cannot run the policy's {missing}")
+        self._build(policy)
+        self.check(policy)
+
+    def check(self, policy: ActorCritic) -> None:
+        """Raise SnapshotMismatch unless the snapshot's actions, log-probabilities and values
+        equal the module's (to float32 rounding) on probe observations and noise drawn from a
+        generator of its own (no global random state is touched)."""
+        rng = np.random.default_rng(0x5EED)
+        dim = policy.spec.obs_dim
+        obs = (rng.standard_normal((CHECK_ROWS, dim)) * 3.0).astype(np.float32)
+        if self.gaussian:
+            noise = rng.standard_normal((CHECK_ROWS, policy.spec.action_dim)).astype(np.float32)
+        else:
+            noise = rng.random(CHECK_ROWS, dtype=np.float32)
+        ours = self._act(obs, noise, with_value=True)
+        device = policy.action_low.device
+        with torch.no_grad():
+            theirs = policy.act(
+                torch.from_numpy(obs).to(device), torch.from_numpy(noise).to(device)
+            )
+        for name, a, b in zip(("action", "log-probability", "value"), ours, theirs, strict=True):
+            b = b.cpu().numpy()
+            if (
+                a is None
+                or a.shape != b.shape
+                or not np.allclose(a, b, rtol=CHECK_TOLERANCE, atol=CHECK_TOLERANCE)
+            ):
+                raise SnapshotMismatch(
+                    f"the numpy snapshot's {name} differs from the policy module's: the "
+                    "module computes something the snapshot does not know"
+                )
+
+    def _build(self, policy: ActorCritic) -> None:
         norm = policy.obs_normalizer
         self.shift = _array(norm.shift) if norm.enabled else None
         self.scale = _array(norm.scale) if norm.enabled else None
@@ -186,6 +233,15 @@ class NumpyPolicy:
         `with_value` a separate critic is not run and the value is None. `terms`: this step's
         part of `noise_terms(noise)`, computed for the whole rollout beforehand.
         """
+        return self._act(obs, noise, with_value, terms)
+
+    def _act(
+        self,
+        obs: np.ndarray,
+        noise: np.ndarray,
+        with_value: bool = True,
+        terms: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         x = self._input(obs)
         features = self._run(self.actor, x)
         value = None

@@ -64,6 +64,16 @@ class RolloutBuffer:
         self.last_obs: torch.Tensor | dict[str, torch.Tensor] | None = None
         self.final_obs: list[tuple[int, torch.Tensor, torch.Tensor | dict[str, torch.Tensor]]] = []
 
+    def keep_bootstrap_obs(
+        self,
+        last_obs: torch.Tensor | dict[str, torch.Tensor],
+        final_obs: list[tuple[int, torch.Tensor, torch.Tensor | dict[str, torch.Tensor]]],
+    ) -> None:
+        """Keep the observation after the rollout's last step (N, ...) and each truncation's
+        final observations (step t, env rows, obs (k, ...)), to value them again during the
+        update (`algorithm.recompute_advantages`)."""
+        self.last_obs, self.final_obs = last_obs, list(final_obs)
+
     def finalize_next_values(self, last_values: torch.Tensor) -> None:
         """Fill `next_values` from the stored values, V(s_T) = `last_values` and truncations."""
         self.next_values[:-1] = self.values[1:]

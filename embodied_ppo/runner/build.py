@@ -4,58 +4,68 @@ threads."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
+from embodied_ppo.algo.kl import InRewardKL
+from embodied_ppo.algo.reward_scaling import RewardScaler
+from embodied_ppo.algo.settings import UpdateSettings
+from embodied_ppo.algo.update import PPOUpdate
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError
+from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import Reduce
+from embodied_ppo.env.protocol import VecEnv
 from embodied_ppo.env.spaces import SpaceInfo
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.encoders import CNNSpec
+from embodied_ppo.model.spec import DictObsSpec, ObsKeySpec, PolicySpec, RecurrentSpec
 from embodied_ppo.runner.buffer import RolloutBuffer
+from embodied_ppo.runner.collector import Collector, CollectorSettings
+from embodied_ppo.runner.preflight import inference_path
 
 
-def policy_spec(cfg: Config, info: SpaceInfo) -> dict[str, Any]:
-    """The plain-dict architecture description that rebuilds the policy module."""
+def policy_spec(cfg: Config, info: SpaceInfo) -> PolicySpec:
+    """The architecture of a run's policy: its config's model block over the env's spaces."""
     m, e = cfg.model, cfg.env
-    spec: dict[str, Any] = {
-        "obs_dim": info.obs_dim,
-        "action_kind": info.action_kind,
-        "action_dim": info.action_dim,
-        "action_low": info.action_low,
-        "action_high": info.action_high,
-        "hidden_sizes": list(m.hidden_sizes),
-        "activation": m.activation,
-        "share_backbone": m.share_backbone,
-        "log_std_init": m.log_std_init,
-        "state_dependent_std": m.state_dependent_std,
-        "init": m.init,
-        "normalize_obs": e.normalize_obs,
-        "clip_obs": e.clip_obs,
-        "env_id": e.id,
-    }
+    recurrent = None
     if m.recurrent is not None:
-        spec.update(
-            recurrent=m.recurrent,
-            recurrent_size=m.recurrent_size,
-            recurrent_layers=m.recurrent_layers,
-        )
+        recurrent = RecurrentSpec(m.recurrent, m.recurrent_size, m.recurrent_layers)
+    dict_obs = None
     if info.obs_keys is not None:
         actor = m.actor_obs_keys or list(info.obs_keys)
-        spec.update(
-            obs_keys={
-                k: {"shape": list(v.shape), "kind": v.kind} for k, v in info.obs_keys.items()
-            },
-            actor_keys=sorted(actor),
-            critic_keys=sorted(m.critic_obs_keys or actor),
-            cnn_channels=list(m.cnn_channels),
-            cnn_features=m.cnn_features,
-            cnn_kernels=None if m.cnn_kernels is None else list(m.cnn_kernels),
-            cnn_strides=None if m.cnn_strides is None else list(m.cnn_strides),
-            cnn_head=m.cnn_head,
+        dict_obs = DictObsSpec(
+            keys={k: ObsKeySpec(tuple(v.shape), v.kind) for k, v in info.obs_keys.items()},
+            actor_keys=tuple(sorted(actor)),
+            critic_keys=tuple(sorted(m.critic_obs_keys or actor)),
+            cnn=CNNSpec(
+                list(m.cnn_channels),
+                m.cnn_features,
+                None if m.cnn_kernels is None else list(m.cnn_kernels),
+                None if m.cnn_strides is None else list(m.cnn_strides),
+                m.cnn_head,
+            ),
         )
-    return spec
+    return PolicySpec(
+        obs_dim=info.obs_dim,
+        action_kind=info.action_kind,
+        action_dim=info.action_dim,
+        action_low=None if info.action_low is None else tuple(info.action_low),
+        action_high=None if info.action_high is None else tuple(info.action_high),
+        hidden_sizes=tuple(m.hidden_sizes),
+        activation=m.activation,
+        share_backbone=m.share_backbone,
+        log_std_init=m.log_std_init,
+        state_dependent_std=m.state_dependent_std,
+        init=m.init,
+        normalize_obs=e.normalize_obs,
+        clip_obs=e.clip_obs,
+        env_id=e.id,
+        dict_obs=dict_obs,
+        recurrent=recurrent,
+    )
 
 
 # Below this many floating-point operations per gradient step (forward and backward, about
@@ -103,22 +113,29 @@ def update_threads(device: torch.device, policy: ActorCritic, rows: int) -> int:
     return max(1, (cores or 1) // local)
 
 
-def load_policy_weights(path: str, device: torch.device, what: str) -> tuple[dict, dict]:
-    """(model_spec, model state dict) of a checkpoint, for init_from and reference_checkpoint."""
+def load_policy_weights(
+    path: str, device: torch.device, what: str
+) -> tuple[PolicySpec, dict[str, torch.Tensor]]:
+    """(architecture, state dict) of a checkpoint's policy, for init_from and
+    reference_checkpoint."""
     state = load_checkpoint(path, map_location=device)
     spec, weights = state.get("model_spec"), state.get("model")
     if not isinstance(spec, dict) or not isinstance(weights, dict):
         raise CheckpointError(f"{what}: {path} holds no policy")
-    return spec, weights
+    try:
+        return PolicySpec.from_dict(spec), weights
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"{what}: {path} holds a policy of an unknown form ({first_line(exc)})"
+        ) from None
 
 
 def init_from(policy: ActorCritic, path: str, device: torch.device) -> None:
     """Load a saved policy's weights and normalizer into `policy` (model.init_from)."""
     spec, weights = load_policy_weights(path, device, "model.init_from")
+    mine, theirs = policy.spec.to_dict(), spec.to_dict()
     diff = sorted(
-        k
-        for k in set(spec) | set(policy.spec)
-        if k != "env_id" and spec.get(k) != policy.spec.get(k)
+        k for k in set(mine) | set(theirs) if k != "env_id" and mine.get(k) != theirs.get(k)
     )
     if diff:
         raise CheckpointError(
@@ -135,14 +152,15 @@ def make_reference(
     saved = None if resume is None else resume.get("reference")
     path = cfg.algorithm.reference_checkpoint
     if saved is not None:
-        spec, weights = saved["spec"], saved["model"]
+        spec, weights = PolicySpec.from_dict(saved["spec"]), saved["model"]
     elif path is not None:
         spec, weights = load_policy_weights(path, device, "algorithm.reference_checkpoint")
         for key in ("obs_dim", "action_kind", "action_dim"):
-            if spec.get(key) != policy.spec[key]:
+            theirs, mine = getattr(spec, key), getattr(policy.spec, key)
+            if theirs != mine:
                 raise CheckpointError(
-                    f"algorithm.reference_checkpoint: {path} has {key} {spec.get(key)!r}, "
-                    f"this task needs {policy.spec[key]!r}"
+                    f"algorithm.reference_checkpoint: {path} has {key} {theirs!r}, "
+                    f"this task needs {mine!r}"
                 )
     else:
         spec, weights = policy.spec, policy.state_dict()
@@ -150,3 +168,79 @@ def make_reference(
     ref.load_state_dict(weights)
     ref.requires_grad_(False)
     return ref.eval()
+
+
+def make_collector(
+    cfg: Config,
+    envs: VecEnv,
+    policy: ActorCritic,
+    buffer: RolloutBuffer,
+    reward_scaler: RewardScaler,
+    device: torch.device,
+    env_offset: int,
+    world: int,
+    reduce: Reduce | None,
+    notes: TextIO | None,
+) -> Collector:
+    """The collector of one process's envs."""
+    a, e = cfg.algorithm, cfg.env
+    settings = CollectorSettings(
+        device=device,
+        inference=inference_path(cfg.trainer.inference, policy, e.num_envs),
+        micro_batch=a.rollout_micro_batch_size,
+        forward_micro_batch=a.logprob_forward_micro_batch_size,
+        env_offset=env_offset,
+        total_envs=e.num_envs * world,
+        reduce=reduce,
+        keep_bootstrap_obs=a.recompute_advantages,
+        notes=notes,
+    )
+    return Collector(envs, policy, buffer, reward_scaler, settings)
+
+
+def make_in_reward_kl(
+    cfg: Config,
+    policy: ActorCritic,
+    reference: ActorCritic | None,
+    resume: dict[str, Any] | None,
+    reduce: Reduce | None,
+) -> InRewardKL | None:
+    """The in-reward KL penalty (algorithm.use_kl_in_reward), with a resumed run's
+    coefficient where the adaptive controller left it."""
+    a = cfg.algorithm
+    if not a.use_kl_in_reward:
+        return None
+    assert reference is not None
+    coef = a.kl_ctrl.kl_coef
+    if resume is not None and resume.get("kl_coef") is not None:
+        coef = float(resume["kl_coef"])
+    return InRewardKL(a, policy, reference, coef, reduce)
+
+
+def make_updater(
+    cfg: Config,
+    policy: ActorCritic,
+    optimizer: torch.optim.Adam,
+    generator: torch.Generator,
+    reference: ActorCritic | None,
+    reduce: Reduce | None,
+    notes: TextIO | None,
+) -> PPOUpdate:
+    """The PPO update of a run (compiled where trainer.compile says so)."""
+    settings = UpdateSettings(cfg.algorithm, cfg.optim, cfg.trainer.compile, reduce, notes)
+    return PPOUpdate(policy, optimizer, generator, settings, reference)
+
+
+def compile_note(updater: PPOUpdate, policy: ActorCritic) -> str | None:
+    """What to say before an update that compiles the gradient step (None: it will not)."""
+    if not updater.step.will_compile():
+        return None
+    if policy.state_size:
+        return (
+            "compiling the recurrent update: 2-6 minutes the first time on a machine, less "
+            "once torch's cache holds it (trainer.compile=false trains without compiling)"
+        )
+    return (
+        "compiling the update: tens of seconds the first time on a machine, a few seconds "
+        "once torch's cache holds it"
+    )

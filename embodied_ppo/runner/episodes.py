@@ -17,7 +17,7 @@ from embodied_ppo.core.obs import map_obs
 from embodied_ppo.env.protocol import episode_log
 from embodied_ppo.env.spaces import Obs, describe_spaces, obs_cast
 from embodied_ppo.io.render import GLChoice, configure_headless_gl, has_display
-from embodied_ppo.model.inference import InferenceNet, is_recurrent
+from embodied_ppo.model.inference import InferenceNet, initial_state, is_recurrent
 
 # Evaluation envs draw their seeds from global env indices no training env uses (training envs
 # take indices 0..num_envs-1, times ranks), so evaluation episodes never repeat training ones.
@@ -239,7 +239,7 @@ class _Recurrent:
 
 def deterministic_action(net: InferenceNet) -> Action:
     """The deployed policy's action for one observation, as the env expects it."""
-    device = net.action_low.device
+    device = next(iter(net.buffers())).device
 
     def as_env_action(action: torch.Tensor) -> Any:
         action = action.cpu().numpy()
@@ -252,7 +252,7 @@ def deterministic_action(net: InferenceNet) -> Action:
 
         def step(obs: Obs, state: torch.Tensor | None) -> tuple[Any, torch.Tensor]:
             if state is None:
-                state = net.initial_state(1)[0]
+                state = initial_state(net)[0]
             with torch.no_grad():
                 action, state = net(tensors(obs), state)
             return as_env_action(action), state

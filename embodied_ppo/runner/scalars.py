@@ -2,39 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from embodied_ppo.algo.losses import explained_variance
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.runner.buffer import RolloutBuffer
+from embodied_ppo.runner.collector import RolloutStats
+
+
+@dataclass(frozen=True)
+class IterationTiming:
+    """An iteration's learning rate and how long its parts took."""
+
+    learning_rate: float
+    sps: float  # environment steps per second since training (re)started
+    collect_time: float  # seconds
+    update_time: float
 
 
 def iteration_scalars(
-    episode_returns: list[float],
-    episode_lengths: list[int],
-    episode_successes: list[float],
+    stats: RolloutStats,
     metrics: dict[str, float],
     buffer: RolloutBuffer,
-    lr: float,
-    sps: float,
-    t_collect: float,
-    t_update: float,
+    timing: IterationTiming,
     reward_scaler: RewardScaler | None,
-    episode_logs: list[dict[str, float]] | None = None,
 ) -> dict[str, float]:
-    """Every scalar one iteration logs, under its TensorBoard tag."""
+    """Every scalar one iteration logs, under its TensorBoard tag: the finished episodes'
+    (`stats`), the update's `metrics`, the buffer's explained variance, the timing, and the
+    reward scale (`reward_scaler`, where rewards are scaled)."""
     out: dict[str, float] = {}
-    out.update(episode_log_means(episode_logs or []))
-    if episode_returns:
-        out["charts/episodic_return"] = float(np.mean(episode_returns))
-        out["charts/episodic_length"] = float(np.mean(episode_lengths))
-    if episode_successes:  # the episodes whose env reported info["is_success"] at their end
-        out["charts/success_rate"] = float(np.mean(episode_successes))
-    out["charts/episodes"] = float(len(episode_returns))
-    out["charts/SPS"] = sps
-    out["charts/learning_rate"] = lr
-    out["charts/collect_time"] = t_collect
-    out["charts/update_time"] = t_update
+    out.update(episode_log_means(stats.episode_logs))
+    if stats.episode_returns:
+        out["charts/episodic_return"] = float(np.mean(stats.episode_returns))
+        out["charts/episodic_length"] = float(np.mean(stats.episode_lengths))
+    if stats.episode_successes:  # the episodes whose env reported info["is_success"]
+        out["charts/success_rate"] = float(np.mean(stats.episode_successes))
+    out["charts/episodes"] = float(len(stats.episode_returns))
+    out["charts/SPS"] = timing.sps
+    out["charts/learning_rate"] = timing.learning_rate
+    out["charts/collect_time"] = timing.collect_time
+    out["charts/update_time"] = timing.update_time
     if reward_scaler is not None:
         out["charts/reward_scale_std"] = float(reward_scaler.stats.var.sqrt())
     for name, value in metrics.items():

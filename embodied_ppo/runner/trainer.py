@@ -1,14 +1,14 @@
 """The training loop: collect -> advantages -> update -> log -> checkpoint -> evaluate.
 
 This is the only place that knows the order of the steps. `Trainer.__init__` builds the run's
-parts (each gets what it needs through its constructor) and restores them from a checkpoint;
-`Trainer.train` is the loop.
+parts (each gets what it needs through its constructor, `runner.build`) and restores them from
+a checkpoint; `Trainer.train` is the loop; the run's state as a checkpoint is
+`runner.run_state`.
 """
 
 from __future__ import annotations
 
-import copy
-import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,46 +22,44 @@ from threadpoolctl import ThreadpoolController
 
 from embodied_ppo.algo.batch import prepare_batch, refresh_advantages
 from embodied_ppo.algo.compiler import probe_cpu_compiler
-from embodied_ppo.algo.kl import InRewardKL
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.algo.schedules import learning_rate
-from embodied_ppo.algo.update import NonFiniteError, PPOUpdate, make_optimizer
+from embodied_ppo.algo.update import NonFiniteError, make_optimizer
 from embodied_ppo.config.scale import per_process
 from embodied_ppo.config.schema import CRITIC_FREE, Config
-from embodied_ppo.core.errors import CheckpointError, TrainingError
-from embodied_ppo.core.version import __version__
+from embodied_ppo.core.errors import TrainingError
+from embodied_ppo.core.text import Discard
 from embodied_ppo.env import make_env
 from embodied_ppo.env.seeding import env_seeds, group_seeds, noise_seed
-from embodied_ppo.io.checkpoint import (
-    checkpoints_dir,
-    prune_checkpoints,
-    save_checkpoint,
-    write_checkpoint,
-)
 from embodied_ppo.io.metrics import MetricsLogger
 from embodied_ppo.io.progress import Progress, eval_line
-from embodied_ppo.io.rng import rng_state, seed_everything, set_rng_state
+from embodied_ppo.io.rng import seed_everything
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.build import (
+    compile_note,
     init_from,
     make_buffer,
+    make_collector,
+    make_in_reward_kl,
     make_reference,
+    make_updater,
     policy_spec,
     update_threads,
 )
-from embodied_ppo.runner.collector import Collector, RolloutStats
-from embodied_ppo.runner.preflight import check_policy, inference_path, resolve_device
-from embodied_ppo.runner.scalars import iteration_scalars
+from embodied_ppo.runner.collector import RolloutStats
+from embodied_ppo.runner.preflight import check_policy, resolve_device
+from embodied_ppo.runner.run_state import RunState
+from embodied_ppo.runner.scalars import IterationTiming, iteration_scalars
 
 
-class Trainer:
+class Trainer(RunState):
     """Owns the envs, policy, buffer, optimizer and update of one run, and trains it.
 
     Args:
-        resume: a checkpoint of this run to continue from (see `checkpoint.open_resume`).
+        resume: a checkpoint of this run to continue from (see `io.run_dir.open_resume`).
         progress_stream: where the progress line goes (default stdout).
-        notes: where one-off notes go (e.g. the update running eagerly).
+        notes: where one-off notes go (e.g. the update running eagerly; default stderr).
     """
 
     def __init__(
@@ -80,6 +78,7 @@ class Trainer:
         self.cfg = cfg = per_process(cfg, self.world)
         self.run_dir = Path(run_dir)
         self.device = distributed.local_device(resolve_device(t.device))
+        self.notes = (notes or sys.stdout) if self.main else Discard()
         seed_everything(t.seed)
         a, e = cfg.algorithm, cfg.env
         if resume is not None:
@@ -106,30 +105,14 @@ class Trainer:
         self.buffer = make_buffer(cfg, self.envs.info, self.policy, self.device)
         self.reward_scaler = RewardScaler(e.num_envs, a.gamma, e.normalize_reward, e.clip_reward)
         self.reward_scaler.to(self.device)
-        self.collector = Collector(
-            self.envs,
-            self.policy,
-            self.buffer,
-            self.reward_scaler,
-            self.device,
-            inference_path(t.inference, self.policy, e.num_envs),
-            a.rollout_micro_batch_size,
-            self.env_offset,
-            e.num_envs * self.world,
-            self.reduce,
-            a.logprob_forward_micro_batch_size,
-            keep_bootstrap_obs=a.recompute_advantages,
-        )
+        self.collector = make_collector(
+            cfg, self.envs, self.policy, self.buffer, self.reward_scaler, self.device,
+            self.env_offset, self.world, self.reduce, self.notes,
+        )  # fmt: skip
         self.reference = None
         if a.use_kl_loss or a.use_kl_in_reward:
             self.reference = make_reference(cfg, self.policy, self.device, resume)
-        self.in_reward_kl = None
-        if a.use_kl_in_reward:
-            assert self.reference is not None
-            coef = a.kl_ctrl.kl_coef
-            if resume is not None and resume.get("kl_coef") is not None:
-                coef = float(resume["kl_coef"])  # where the adaptive controller left it
-            self.in_reward_kl = InRewardKL(a, self.policy, self.reference, coef, self.reduce)
+        self.in_reward_kl = make_in_reward_kl(cfg, self.policy, self.reference, resume, self.reduce)
         # Torch threads: collection runs one on the CPU, leaving the cores to the envs (its
         # inference is a few small products per step); the update runs `update_threads`.
         self.update_threads = t.torch_threads or update_threads(
@@ -142,16 +125,8 @@ class Trainer:
         self.blas = ThreadpoolController()
         self.optimizer = make_optimizer(self.policy, cfg.optim)
         self.shuffle = torch.Generator().manual_seed(t.seed)
-        self.updater = PPOUpdate(
-            self.policy,
-            a,
-            cfg.optim,
-            self.optimizer,
-            self.shuffle,
-            self.reference,
-            self.reduce,
-            t.compile,
-            notes if self.main else open(os.devnull, "w"),  # noqa: SIM115
+        self.updater = make_updater(
+            cfg, self.policy, self.optimizer, self.shuffle, self.reference, self.reduce, self.notes
         )
         self.global_step, self.iteration = 0, 0
         self.recent_returns: deque[float] = deque(maxlen=100)
@@ -160,11 +135,8 @@ class Trainer:
         if resume is None:
             self.collector.start(env_seeds(t.seed, e.num_envs, self.env_offset))
         else:
-            self._restore(resume)
-        self.progress = Progress(
-            t.total_steps,
-            progress_stream if self.main else open(os.devnull, "w"),  # noqa: SIM115
-        )
+            self.restore(resume)
+        self.progress = Progress(t.total_steps, progress_stream if self.main else Discard())
 
     # ----------------------------------------------------------------------------------- loop
     def train(
@@ -180,99 +152,73 @@ class Trainer:
         `on_iteration` hears every iteration's logged scalars once it is complete (logged,
         checkpointed).
         """
-        cfg, a = self.cfg, self.cfg.algorithm
-        total = cfg.trainer.total_steps
-        logger = None
-        if self.main:
-            logger = MetricsLogger(self.run_dir, self.global_step, cfg.trainer.wandb, cfg.to_dict())
-        start, start_step = time.perf_counter(), self.global_step
+        total = self.cfg.trainer.total_steps
+        logger = self._logger()
+        clock = _Clock(self.global_step)
         scalars: dict[str, float] = {}
         stopped = False
         try:
             while self.global_step < total:
                 if should_stop is not None and distributed.agree(should_stop()):
+                    stopped = True
                     if self.saved_iteration != self.iteration:
                         self.save()
-                    stopped = True
                     break
-                lr = learning_rate(cfg.optim, self.global_step / total, self.updater.lr)
-                self.updater.set_lr(lr)
-
-                t0 = time.perf_counter()
-                torch.set_num_threads(self.collect_threads)
-                with self.blas.limit(limits=1, user_api="blas"):
-                    stats = self._collect()
-                torch.set_num_threads(self.update_threads)
-                t1 = time.perf_counter()
-                buf = self.buffer
-                batch, extra = prepare_batch(buf, self.policy, a, self.in_reward_kl, self.reduce)
-                refresh = (
-                    partial(refresh_advantages, buf, self.policy, a, self.reduce)
-                    if a.recompute_advantages
-                    else None
-                )
-                try:
-                    metrics = self.updater.update(batch, buf.num_steps, refresh)
-                except NonFiniteError as exc:
-                    raise TrainingError(
-                        f"iteration {self.iteration}: {exc}; the weights were not updated; "
-                        f"last good checkpoint: {self._last_good()}"
-                    ) from None
-                self.collector.merge_obs_statistics()
-                t2 = time.perf_counter()
-
-                if self.world > 1:
-                    stats = RolloutStats(*distributed.gather_episodes(stats))
-                self.global_step += stats.steps
-                self.iteration += 1
-                self.recent_returns.extend(stats.episode_returns)
-                sps = (self.global_step - start_step) / max(time.perf_counter() - start, 1e-9)
-                scalars = iteration_scalars(
-                    stats.episode_returns, stats.episode_lengths, stats.episode_successes,
-                    metrics, self.buffer,
-                    lr, sps, t1 - t0, t2 - t1,
-                    self.reward_scaler if self.cfg.env.normalize_reward else None,
-                    stats.episode_logs,
-                ) | extra  # fmt: skip
+                scalars = self._iteration(clock)  # collect, advantages, update
                 final = self.global_step >= total
-                # Periodic work also runs after the final iteration ("iteration == last").
-                num_iterations = self.iteration if final else -1
-                evaluated = self.evaluator is not None and self.evaluator.due(
-                    self.iteration, num_iterations
-                )
-                if evaluated:
-                    scalars |= self.evaluator.evaluate(
-                        self.policy, self.iteration, num_iterations, self.global_step,
-                        self.save_best, logger,
-                    )  # fmt: skip
-                if logger is not None and (
-                    self.iteration % cfg.trainer.log_interval == 0 or final or evaluated
-                ):
-                    logger.log(
-                        self.global_step, self.iteration, time.perf_counter() - start, scalars
-                    )
-                if self.iteration % cfg.trainer.checkpoint_interval == 0 or final:
+                scalars |= self._evaluate(final, logger)
+                self._log(logger, scalars, final, clock)
+                if self.iteration % self.cfg.trainer.checkpoint_interval == 0 or final:
                     self.save()
-                if evaluated:
-                    self.progress.note(eval_line(self.global_step, scalars))
-                self.progress.update(self.global_step, sps, self.mean_recent_return(), final=final)
+                self._report(scalars, final, clock)
                 if on_iteration is not None:
                     on_iteration(scalars)
         finally:
-            if logger is not None:
-                logger.close()
-            self.envs.close()
-            if self.evaluator is not None:
-                self.evaluator.close()
+            self._close(logger)
         # The processes of a distributed run leave training together, so that none tears
         # down its process group (at exit) while another is still communicating.
         distributed.barrier()
-        return {
-            "global_step": self.global_step,
-            "iteration": self.iteration,
-            "stopped": stopped,
-            **scalars,
-        }
+        summary = {"global_step": self.global_step, "iteration": self.iteration, "stopped": stopped}
+        return summary | scalars
+
+    def _iteration(self, clock: _Clock) -> dict[str, float]:
+        """One iteration: collect a rollout, prepare its batch, update; returns its scalars."""
+        cfg, a = self.cfg, self.cfg.algorithm
+        lr = learning_rate(cfg.optim, self.global_step / cfg.trainer.total_steps, self.updater.lr)
+        self.updater.set_lr(lr)
+        t0 = time.perf_counter()
+        torch.set_num_threads(self.collect_threads)
+        with self.blas.limit(limits=1, user_api="blas"):
+            stats = self._collect()
+        torch.set_num_threads(self.update_threads)
+        t1 = time.perf_counter()
+        buf = self.buffer
+        batch, extra = prepare_batch(buf, self.policy, a, self.in_reward_kl, self.reduce)
+        refresh = None
+        if a.recompute_advantages:
+            refresh = partial(refresh_advantages, buf, self.policy, a, self.reduce)
+        note = compile_note(self.updater, self.policy)
+        if note is not None:
+            self.progress.note(note)
+        try:
+            metrics = self.updater.update(batch, buf.num_steps, refresh)
+        except NonFiniteError as exc:
+            raise TrainingError(
+                f"iteration {self.iteration}: {exc}; the weights were not updated; "
+                f"last good checkpoint: {self._last_good()}"
+            ) from None
+        self.collector.merge_obs_statistics()
+        t2 = time.perf_counter()
+        if self.world > 1:
+            stats = RolloutStats(*distributed.gather_episodes(stats))
+        self.global_step += stats.steps
+        if note is not None:
+            clock.restart_eta(self.global_step)  # the ETA leaves the compilation out
+        self.iteration += 1
+        self.recent_returns.extend(stats.episode_returns)
+        timing = IterationTiming(lr, clock.sps(self.global_step), t1 - t0, t2 - t1)
+        scaler = self.reward_scaler if cfg.env.normalize_reward else None
+        return iteration_scalars(stats, metrics, buf, timing, scaler) | extra
 
     def _collect(self) -> RolloutStats:
         t, a, e = self.cfg.trainer, self.cfg.algorithm, self.cfg.env
@@ -286,101 +232,72 @@ class Trainer:
                 f"iteration {self.iteration}: {exc}; last good checkpoint: {self._last_good()}"
             ) from None
 
-    def mean_recent_return(self) -> float | None:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else None
-
-    # ------------------------------------------------------------------------ checkpointing
-    def state(self) -> dict[str, Any]:
-        """Everything needed to continue this run, as tensors and plain values."""
-        collector = self.collector.state()
-        return {
-            "package_version": __version__,
-            "config": self.cfg.to_dict(),
-            "model_spec": self.policy.spec,
-            "model": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "reward_scaler": self.reward_scaler.state_dict(),
-            "global_step": self.global_step,
-            "iteration": self.iteration,
-            "recent_returns": list(self.recent_returns),
-            "rng": rng_state(self.shuffle),
-            "kl_coef": None if self.in_reward_kl is None else self.in_reward_kl.coef,
-            "reference": None
-            if self.reference is None
-            else {"spec": self.reference.spec, "model": self.reference.state_dict()},
-            # Where the envs stand mid-episode and what the policy acts on next (exact resume).
-            "envs": collector["envs"],
-            "collector_obs": collector["obs"],
-            "collector_recurrent": collector["recurrent"],
-        }
-
-    def save(self) -> Path:
-        state = self.state()
-        if self.world > 1:
-            # What differs between processes travels per rank; process 0 writes the file.
-            state["ranks"] = distributed.gather_objects({k: state[k] for k in distributed.PER_RANK})
-            state["world_size"] = self.world
-        path, error = None, None
-        if self.main:
-            try:
-                path = save_checkpoint(self.run_dir, state, self.global_step)
-            except OSError as exc:  # disk full, permissions: stop rather than train unprotected
-                error = (
-                    f"iteration {self.iteration}: cannot write a checkpoint to "
-                    f"{checkpoints_dir(self.run_dir)} ({exc.strerror or exc}); "
-                    f"last good checkpoint: {self._last_good()}"
-                )
-        path, error = distributed.broadcast_object((str(path) if path else None, error))
-        if error is not None:
-            raise TrainingError(error)
-        keep = self.cfg.trainer.keep_checkpoints
-        if self.main and keep is not None:
-            prune_checkpoints(self.run_dir, keep)
-        self.last_checkpoint, self.saved_iteration = Path(path), self.iteration
-        return self.last_checkpoint
-
-    def save_best(self, evaluation: dict[str, Any]) -> None:
-        """Write checkpoints/best.pt: the run state now, with the evaluation that made it best."""
-        write_checkpoint(
-            checkpoints_dir(self.run_dir) / "best.pt", self.state() | {"eval": evaluation}
+    def _evaluate(self, final: bool, logger: MetricsLogger | None) -> dict[str, float]:
+        """Evaluation during training, when it is due (also after the last iteration)."""
+        last = self.iteration if final else -1
+        if self.evaluator is None or not self.evaluator.due(self.iteration, last):
+            return {}
+        return self.evaluator.evaluate(
+            self.policy, self.iteration, last, self.global_step, self.save_best, logger
         )
 
-    def _last_good(self) -> str:
-        return str(self.last_checkpoint) if self.last_checkpoint else "none written yet"
+    def _logger(self) -> MetricsLogger | None:
+        t = self.cfg.trainer
+        if not self.main:
+            return None
+        return MetricsLogger(self.run_dir, self.global_step, t.wandb, self.cfg.to_dict())
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        if state.get("model_spec") != self.policy.spec:
-            raise CheckpointError(
-                "checkpoint was written for a different environment or architecture than this config"
-            )
-        try:
-            self.policy.load_state_dict(state["model"])
-            # A copy: Optimizer.load_state_dict keeps the given tensors, and training would
-            # then change the caller's checkpoint dict in place.
-            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
-            self.reward_scaler.load_state_dict(state["reward_scaler"])
-            set_rng_state(state["rng"], self.shuffle)
-        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-            raise CheckpointError(
-                f"checkpoint does not match this run: {str(exc).splitlines()[0]}"
-            ) from None
-        self.global_step = int(state["global_step"])
-        self.iteration = int(state["iteration"])
-        self.saved_iteration = self.iteration
-        latest = checkpoints_dir(self.run_dir) / f"ckpt_{self.global_step}.pt"
-        self.last_checkpoint = latest if latest.is_file() else None
-        self.recent_returns.extend(state.get("recent_returns", []))
-        # The envs where they stood mid-episode; or, where that cannot be, fresh episodes
-        # seeded from the run seed and the iteration (deterministic, not the uninterrupted run).
-        e = self.cfg.env
-        saved = None
-        if state.get("envs") is not None:
-            saved = {
-                "envs": state["envs"],
-                "obs": state.get("collector_obs"),
-                "recurrent": state.get("collector_recurrent"),
-            }
-        fresh = env_seeds(self.cfg.trainer.seed, e.num_envs, self.env_offset, self.iteration)
-        reason = self.collector.restore(saved, fresh, self.global_step // e.num_envs)
-        if reason is not None:
-            self.resume_note = f"environments start fresh episodes ({self.resume_note or reason})"
+    def _log(
+        self, logger: MetricsLogger | None, scalars: dict[str, float], final: bool, clock: _Clock
+    ) -> None:
+        due = self.iteration % self.cfg.trainer.log_interval == 0 or final
+        if logger is not None and (due or "eval/episodic_return" in scalars):
+            logger.log(self.global_step, self.iteration, clock.elapsed(), scalars)
+
+    def _report(self, scalars: dict[str, float], final: bool, clock: _Clock) -> None:
+        if "eval/episodic_return" in scalars:
+            self.progress.note(eval_line(self.global_step, scalars))
+        self.progress.update(
+            self.global_step,
+            clock.sps(self.global_step),
+            self.mean_recent_return(),
+            final=final,
+            eta_sps=clock.eta_sps(self.global_step),
+        )
+
+    def _close(self, logger: MetricsLogger | None) -> None:
+        self.progress.close()
+        if logger is not None:
+            logger.close()
+        self.envs.close()
+        if self.evaluator is not None:
+            self.evaluator.close()
+
+    def mean_recent_return(self) -> float | None:
+        """The mean return of the last 100 finished episodes (None before the first)."""
+        return float(np.mean(self.recent_returns)) if self.recent_returns else None
+
+
+class _Clock:
+    """Wall time and steps since training (re)started, and the rate the ETA uses, measured
+    after the iteration that compiled the update."""
+
+    def __init__(self, start_step: int) -> None:
+        self.start, self.start_step = time.perf_counter(), start_step
+        self.eta_start, self.eta_step = self.start, start_step
+
+    def elapsed(self) -> float:
+        """Seconds since training (re)started."""
+        return time.perf_counter() - self.start
+
+    def sps(self, step: int) -> float:
+        """Environment steps per second since training (re)started."""
+        return (step - self.start_step) / max(self.elapsed(), 1e-9)
+
+    def restart_eta(self, step: int) -> None:
+        """Measure the ETA's rate from now on (a one-off cost has just ended)."""
+        self.eta_start, self.eta_step = time.perf_counter(), step
+
+    def eta_sps(self, step: int) -> float:
+        """Steps per second since the ETA's start (0: not measured yet, the ETA shows ?)."""
+        return (step - self.eta_step) / max(time.perf_counter() - self.eta_start, 1e-9)

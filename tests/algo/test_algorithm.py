@@ -20,6 +20,7 @@ from embodied_ppo.algo.advantages import (
 )
 from embodied_ppo.algo.kl import adaptive_kl_coef, kl_estimate
 from embodied_ppo.algo.minibatches import aggregation_weights
+from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import PPOUpdate, make_optimizer
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig, with_values
 from embodied_ppo.core.errors import CheckpointError, ConfigError
@@ -186,10 +187,9 @@ def make_updater(algo_kw=None, optim_kw=None, reference=None, seed=0):
     optim = OptimConfig(lr=1e-2, **(optim_kw or {}))
     return policy, PPOUpdate(
         policy,
-        algo,
-        optim,
         make_optimizer(policy, optim),
         torch.Generator().manual_seed(1),
+        UpdateSettings(algo, optim),
         reference,
     )
 

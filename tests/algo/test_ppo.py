@@ -15,16 +15,18 @@ from support import ROOT, make_update, random_batch, spec
 
 from embodied_ppo.algo.minibatches import minibatch_indices
 from embodied_ppo.algo.schedules import adapt_learning_rate, learning_rate
+from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import NonFiniteError, PPOUpdate, make_optimizer
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.model.actor_critic import ActorCritic
 
 
-def updater(policy, algo=None, optim=None, **kw):
+def updater(policy, algo=None, optim=None, compile=False, reference=None):
     optim = optim or OptimConfig()
     algo = algo or AlgorithmConfig(minibatch_size=16)
     opt = make_optimizer(policy, optim)
-    return PPOUpdate(policy, algo, optim, opt, torch.Generator(), **kw), opt
+    settings = UpdateSettings(algo, optim, compile=compile)
+    return PPOUpdate(policy, opt, torch.Generator(), settings, reference), opt
 
 
 def test_every_transition_visited_once_per_epoch():

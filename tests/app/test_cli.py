@@ -122,3 +122,19 @@ def test_yaml_syntax_error_names_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("env:\n  id: CartPole-v1\n  num_envs: [2\n")
     assert_user_error(cli("train", bad), "line")
+
+
+def test_a_run_dir_that_is_a_file_is_named_as_one(tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    out = cli("train", "configs/cartpole.yaml", *TINY, f"trainer.run_dir={target}")
+    assert out.returncode == 2
+    assert "is a file, not a directory; choose a new or empty directory" in out.stderr
+    assert "--resume" not in out.stderr and target.read_text() == "mine\n"
+
+
+def test_the_first_update_says_it_compiles(tmp_path):
+    args = [a for a in TINY if a != "trainer.compile=false"]
+    out = cli("train", "configs/cartpole.yaml", *args, f"trainer.run_dir={tmp_path / 'r'}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("compiling the update:") == 1

@@ -119,3 +119,30 @@ def test_plot_errors(tmp_path, runs, monkeypatch):
     with pytest.raises(UserError, match=r"pip install 'embodied-ppo\[plot\]'"):
         plot_runs([str(runs[0])], tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_seeds_are_counted_by_their_values(tmp_path, runs):
+    from embodied_ppo.app.plot import _labels
+
+    a0, a1, b0 = (read_run(r) for r in runs)
+    again = read_run(make_run(tmp_path, "a-seed0-again", 0, 1e-3, [(100, 2.0, None)]))
+    labels = _labels(group_runs([a0, a1, again, b0]))
+    assert labels[0].endswith("(3 runs, 2 seeds)") and labels[1].endswith("(b-seed0)")
+    assert _labels(group_runs([a0, a1]))[0].endswith("(2 seeds)")
+
+
+def test_a_single_evaluation_is_drawn_as_a_marker(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    run = make_run(tmp_path, "one-eval", 0, 1e-3, [(100, 1.0, None), (200, 2.0, 7.0)])
+    drawn = []
+    original = matplotlib.axes.Axes.plot
+
+    def plot(self, *args, **kwargs):
+        drawn.append((len(args[0]), kwargs.get("marker"), kwargs.get("label")))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot)
+    plot_runs([str(run)], tmp_path / "c.png")
+    eval_line = next(d for d in drawn if d[2].endswith("eval"))
+    assert eval_line[:2] == (1, "o")  # one point: visible as a marker

@@ -258,7 +258,7 @@ def test_a_dead_env_worker_stops_the_run_and_names_its_envs(
 
 
 def test_checkpoint_write_failure_stops_the_run(tmp_path, monkeypatch):
-    import embodied_ppo.runner.trainer as trainer_module
+    import embodied_ppo.runner.run_state as trainer_module
 
     trainer = Trainer(
         tiny_config(trainer={"checkpoint_interval": 1}), tmp_path, progress_stream=io.StringIO()

@@ -71,6 +71,7 @@ def robot(tmp_path, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
     (src / "my_robot.py").write_text(textwrap.dedent(ROBOT))
+    (src / "broken_robot.py").write_text("1 / 0\n")  # a module that fails while importing
     monkeypatch.syspath_prepend(str(src))
     return src
 
@@ -129,9 +130,22 @@ def test_wrappers_apply_in_order(robot):
     [
         (
             ["env.id=MyRobot-v0", "env.imports=[my_robot, no_such_module]"],
-            "env.imports[1]: cannot import 'no_such_module' (ModuleNotFoundError",
+            "env.imports[1]: no module named 'no_such_module': Python finds modules in the "
+            "current directory and on PYTHONPATH",
         ),
-        (["env.id=no_such_module:MyRobot-v0"], "env.id: cannot import 'no_such_module'"),
+        (
+            ["env.id=no_such_module:MyRobot-v0"],
+            "env.id: no module named 'no_such_module': Python finds modules",
+        ),
+        (
+            ["env.id=MyRobot-v0"],  # registered by my_robot, which nothing imports
+            "; if your own module registers it, name the module: env.id=my_module:MyRobot-v0 "
+            "or env.imports=[my_module]",
+        ),
+        (
+            ["env.id=my_robot:MyRobot-v0", "env.imports=[broken_robot]"],
+            "env.imports[0]: cannot import 'broken_robot' (ZeroDivisionError: division by zero)",
+        ),
         (
             ["env.id=my_robot:MyRobot-v9"],
             "env.id: unknown environment 'MyRobot-v9' (after importing 'my_robot'); did you mean 'MyRobot-v0'",

@@ -18,7 +18,7 @@ from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.encoders import CNNSpec, ImageEncoder, SpatialSoftmax, cnn_output_size
 from embodied_ppo.model.export import onnx_bytes, torchscript_bytes
-from embodied_ppo.model.inference import DictPolicyNet
+from embodied_ppo.model.inference import inference_net
 from embodied_ppo.runner.preflight import check_run
 from embodied_ppo.runner.trainer import Trainer
 
@@ -156,7 +156,9 @@ def test_the_actor_never_reads_a_privileged_key():
     del other["goal"]
     with pytest.raises(KeyError):
         policy.value(other)  # the critic does read it
-    net = DictPolicyNet(policy)  # the deployed actor does not need it
+    net = inference_net(policy)  # the deployed actor does not need it
+    assert "goal" not in net.core.actor.state_dict().get("obs_normalizers", {})
+    assert not any("goal" in name for name in net.state_dict())
     assert net.keys == ["image", "position"]
     assert torch.equal(net(obs), net({k: obs[k] for k in net.keys}))
 
@@ -178,7 +180,7 @@ def test_training_stores_images_as_uint8_and_updates_vector_normalizers(tmp_path
     assert all(n.count.item() == before[k] + 80 for k, n in trainer.policy.obs_normalizers.items())
     assert buf.obs["image"].float().std() > 0
     assert 0.0 <= summary["charts/success_rate"] <= 1.0  # the env reports is_success
-    assert trainer.collector.host is False  # the numpy snapshot has no CNN: torch inference
+    assert trainer.collector.acting.host is False  # the numpy snapshot has no CNN: torch inference
 
 
 KEYPOINTS = {"cnn_kernels": [4, 3], "cnn_strides": [2, 1], "cnn_head": "spatial_softmax"}
