@@ -11,8 +11,9 @@ A step the update must not take (a non-finite loss or gradient, or the minibatch
 `early_stop_kl`) changes nothing: weights, Adam's moments and its step counts are left as they
 were, decided inside the step, so no host synchronization is needed to decide it.
 
-Each call returns one vector of metrics (see `metric_names`), so that what the update keeps of a
-step is one small tensor (which CUDA graphs would otherwise overwrite on their next replay).
+Each call returns one vector of metrics (see `minibatch_loss.metric_names`), so that what the
+update keeps of a step is one small tensor (which CUDA graphs would otherwise overwrite on their
+next replay).
 """
 
 from __future__ import annotations
@@ -23,18 +24,15 @@ from collections.abc import Hashable, Iterator
 
 import torch
 from torch import Tensor
-from torch.func import functional_call
 from torch.optim.adam import adam as adam_step
 
 from embodied_ppo.algo.compiler import _await_probe, _is_compile_failure, _missing_compiler
-from embodied_ppo.algo.kl import kl_estimate
-from embodied_ppo.algo.losses import ppo_loss
+from embodied_ppo.algo.minibatch_loss import MinibatchLoss
 from embodied_ppo.algo.schedules import adapt_learning_rate
 from embodied_ppo.algo.settings import UpdateSettings
-from embodied_ppo.config.schema import AlgorithmConfig
 from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
+from embodied_ppo.core.text import first_line
 from embodied_ppo.model.actor_critic import ActorCritic
-from embodied_ppo.model.distributions import DiagGaussian
 
 # Adam's flat state: (moments, second moments, step count).
 AdamState = tuple[Tensor, Tensor, Tensor]
@@ -42,18 +40,6 @@ AdamState = tuple[Tensor, Tensor, Tensor]
 
 # The last three entries of `step`'s and `apply`'s vectors.
 STEP_FIELDS = ("grad_norm", "skipped", "nonfinite")
-
-
-def metric_names(algo: AlgorithmConfig, gaussian: bool) -> list[str]:
-    """The metrics of one (micro-)batch, in the order of the vectors the step returns."""
-    names = ["loss", "policy_loss", "entropy", "approx_kl", "clipfrac", "dual_clipfrac"]
-    if algo.loss_type == "actor_critic":
-        names += ["value_loss", "value_clipfrac"]
-    if algo.use_kl_loss:
-        names.append("kl_loss")
-    if gaussian:
-        names.append("std")
-    return names
 
 
 class GradientStep:
@@ -86,7 +72,6 @@ class GradientStep:
         algo, optim, compile = settings.algo, settings.optim, settings.compile
         notes = settings.notes
         self.policy, self.optimizer, self.algo, self.optim = policy, optimizer, algo, optim
-        self.reference = reference if algo.use_kl_loss else None
         self.names = [n for n, p in policy.named_parameters() if p.requires_grad]
         self.params = [p for p in policy.parameters() if p.requires_grad]
         group = optimizer.param_groups[0]
@@ -117,9 +102,8 @@ class GradientStep:
         self._bind_params()
         self._moments: AdamState | None = None  # exp_avg, exp_avg_sq, step
         self._moment_views: list[Tensor] = []
-        self.metric_names = metric_names(algo, policy.is_gaussian)
-        # A recurrent policy's minibatch rows are chunks of seq_len steps of one env, in order.
-        self.seq_len = (algo.sequence_length or algo.rollout_steps) if policy.state_size else 0
+        self.loss = MinibatchLoss(policy, algo, reference)
+        self.metric_names = self.loss.names
         self.notes = notes or sys.stdout
         self.grad_fn = torch.func.grad(self._loss, has_aux=True)
         self.compiled = False
@@ -212,66 +196,8 @@ class GradientStep:
         self, flat: Tensor, buffers: dict[str, Tensor], mb: tuple[Tensor, ...], weights: Tensor
     ) -> tuple[Tensor, Tensor]:
         """The minibatch loss as a function of the flat parameters, and its metrics vector."""
-        obs, actions, old_logprobs, old_values, advantages, returns = mb[:6]
         params = dict(zip(self.names, self._views(flat), strict=True))
-        if self.seq_len:
-            # Rows are B chunks of L steps; the core runs time-major from each chunk's stored
-            # first state, so every per-step input goes time-major too (the loss is a weighted
-            # sum: its order does not matter, only that all terms agree).
-            states, starts = mb[6], mb[7]
-            L = self.seq_len
-            B = weights.shape[0] // L
-
-            def time_major(x: Tensor) -> Tensor:
-                return x.reshape(B, L, *x.shape[1:]).transpose(0, 1)
-
-            def flat_time_major(x: Tensor) -> Tensor:
-                return time_major(x).reshape(B * L, *x.shape[1:])
-
-            seq_obs = time_major(obs) if isinstance(obs, Tensor) else {
-                k: time_major(v) for k, v in obs.items()
-            }  # fmt: skip
-            state0 = states.reshape(B, L, -1)[:, 0]
-            dist, value = functional_call(
-                self.policy, (params, buffers), (seq_obs, state0, time_major(starts))
-            )
-            actions, old_logprobs, old_values, advantages, returns, weights = (
-                flat_time_major(x)
-                for x in (actions, old_logprobs, old_values, advantages, returns, weights)
-            )
-        else:
-            dist, value = functional_call(self.policy, (params, buffers), (obs,))
-        logprob = dist.log_prob(actions)  # (B,)
-        a = self.algo
-        kl = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref_dist, _ = self.reference(obs)
-            kl = kl_estimate(a.kl_loss_type, logprob, ref_dist.log_prob(actions), dist, ref_dist)
-        critic = a.loss_type == "actor_critic"
-        loss, metrics = ppo_loss(
-            logprob,
-            old_logprobs,
-            advantages,
-            dist.entropy(),
-            weights,
-            clip_ratio_low=a.clip_ratio_low,
-            clip_ratio_high=a.clip_ratio_high,
-            clip_ratio_c=a.clip_ratio_c,
-            entropy_bonus=a.entropy_bonus,
-            values=value if critic else None,
-            old_values=old_values if critic else None,
-            returns=returns if critic else None,
-            value_clip=a.value_clip,
-            huber_delta=a.huber_delta,
-            value_loss_coef=a.value_loss_coef,
-            kl=kl,
-            kl_loss_coef=a.kl_loss_coef,
-        )
-        if isinstance(dist, DiagGaussian):
-            metrics["std"] = (dist.std.detach().mean(dim=-1) * weights).sum()
-        metrics["loss"] = loss.detach()
-        return loss, torch.stack([metrics[n] for n in self.metric_names])
+        return self.loss(params, buffers, mb, weights)
 
     def _grads_impl(
         self, flat: Tensor, mb: tuple[Tensor, ...], weights: Tensor
@@ -438,10 +364,9 @@ class GradientStep:
 
     def _fall_back(self, exc: BaseException) -> None:
         cause = getattr(exc, "inner_exception", None) or exc  # BackendCompilerFailed wraps it
-        text = str(cause).strip()
-        first = f"{type(cause).__name__}: {text.splitlines()[0]}" if text else type(cause).__name__
+        first = f"{type(cause).__name__}: {first_line(cause)}"
         print(
-            f"note: trainer.compile: the update could not be compiled ({first[:200]}); "
+            f"note: trainer.compile: the update could not be compiled ({first}); "
             "it runs eagerly (same results, slower)",
             file=self.notes,
             flush=True,

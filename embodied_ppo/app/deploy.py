@@ -156,9 +156,8 @@ def build_actor_critic(state: dict[str, Any], where: str) -> ActorCritic:
         policy = ActorCritic(spec)
         policy.load_state_dict(weights)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
-            f"{where}: the model in this checkpoint cannot be rebuilt ({first[:200]})"
+            f"{where}: the model in this checkpoint cannot be rebuilt ({first_line(exc)})"
         ) from None
     return policy.eval()
 

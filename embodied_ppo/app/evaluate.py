@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from embodied_ppo.app.deploy import build_actor_critic
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
@@ -24,20 +22,10 @@ from embodied_ppo.runner.episodes import (
     eval_seeds,
     stochastic_action,
 )
+from embodied_ppo.runner.preflight import resolve_device
 
 
 # ------------------------------------------------------------------------------------ eval command
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device: got {name!r} but no CUDA device is available; use cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise UserError(f"--device: got {name!r}, allowed: auto | cpu | cuda | cuda:N") from None
-
-
 def run_dir_of(checkpoint: Path) -> Path | None:
     """The run directory holding `checkpoint` (…/<run>/checkpoints/x.pt), if it is in one."""
     checkpoint = Path(checkpoint)
@@ -114,7 +102,7 @@ def evaluate_command(
         configure_headless_gl()  # before anything imports mujoco
     from embodied_ppo.config.building import upgrade
 
-    dev = _resolve_device(device)
+    dev = resolve_device(device, "--device")
     ckpt, state = read_checkpoint(source)
     if not isinstance(state.get("config"), dict):
         raise CheckpointError(f"{ckpt}: it holds no config")

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from embodied_ppo.app.deploy import policy_from_state
 from embodied_ppo.core.errors import ExportError
+from embodied_ppo.core.text import first_line
 from embodied_ppo.io.checkpoint import read_checkpoint
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.model.export import (
@@ -73,10 +74,8 @@ def export_policy(source: str | Path, fmt: str, out: str | Path | None = None) -
     except ExportError:
         raise
     except Exception as exc:  # the exporter's own failure: one line, nothing written
-        text = str(exc).strip()
-        first = text.splitlines()[0][:200] if text else ""
         raise ExportError(
-            f"--format {fmt}: the export failed ({type(exc).__name__}: {first})"
+            f"--format {fmt}: the export failed ({type(exc).__name__}: {first_line(exc)})"
         ) from None
 
     from embodied_ppo.core.version import __version__

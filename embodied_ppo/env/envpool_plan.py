@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
-import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -16,6 +15,8 @@ import numpy as np
 
 from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.core.system import usable_cores
+from embodied_ppo.core.text import first_line
 from embodied_ppo.env.make import episode_limit, make_one
 from embodied_ppo.env.spaces import SpaceInfo, describe_spaces
 
@@ -229,9 +230,8 @@ def plan(cfg: EnvConfig, gym_spaces: Callable[[EnvConfig], SpaceInfo] | None = N
     try:
         spec = envpool.make_spec(cfg.id, **make_kwargs)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"env.kwargs: envpool's {cfg.id} rejected {cfg.kwargs}: {first}"
+            f"env.kwargs: envpool's {cfg.id} rejected {cfg.kwargs}: {first_line(exc)}"
         ) from None
     info = _spec_space_info(spec)
     if info is None or not _same_spaces(info, gym_info):
@@ -250,8 +250,4 @@ def plan(cfg: EnvConfig, gym_spaces: Callable[[EnvConfig], SpaceInfo] | None = N
 
 def default_threads(num_envs: int) -> int:
     """Threads for the pool: one per core this process may run on, at most one per env."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(num_envs, cores))
+    return max(1, min(num_envs, usable_cores()))

@@ -114,10 +114,9 @@ def _spaces(cfg: EnvConfig) -> SpaceInfo:
             env = wrapper(env, **w.kwargs)
         except Exception as exc:
             env.close()
-            text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise ConfigError(
                 f"env.wrappers[{i}].kwargs: {w.name} rejected {w.kwargs} "
-                f"({type(exc).__name__}: {text})"
+                f"({type(exc).__name__}: {first_line(exc)})"
             ) from None
     try:
         return describe_spaces(env.observation_space, env.action_space)

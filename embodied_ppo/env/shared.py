@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from embodied_ppo.core.system import usable_cores
 from embodied_ppo.env.spaces import Obs
 
 
@@ -106,11 +107,10 @@ def can_spin(processes: int, threads: int) -> bool:
     of every process (a spinning process must never take the core another one needs)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cores or 1) >= processes * threads
+    return usable_cores() >= processes * threads
 
 
-def _await_change(control: np.ndarray, index: int, old: int, spin: float, conn: Connection) -> bool:
+def await_change(control: np.ndarray, index: int, old: int, spin: float, conn: Connection) -> bool:
     """Wait until control[index] != old: spin for `spin` seconds, then look every POLL_SECONDS
     while waiting on `conn`. Returns False as soon as `conn` has something to read instead (a
     pipe command, or EOF: the other side is gone)."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing as mp
-import pickle
 import signal
 import weakref
 from collections.abc import Callable
@@ -42,123 +41,25 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from embodied_ppo.core.obs import map_obs
-from embodied_ppo.core.obs import set_obs as obs_set
 from embodied_ppo.env.serial import Ended, SerialVectorEnv, ended_info, group_bounds
 from embodied_ppo.env.shared import (
     CMD,
     DONE,
     FAILED,
     LOGS,
-    SPIN_SECONDS,
     WAIT_SPIN_SECONDS,
     SharedArrays,
-    _await_change,
+    await_change,
     can_spin,
     doorbell_action,
 )
 from embodied_ppo.env.spaces import Obs
+from embodied_ppo.env.worker_loop import serve
 
 
 class WorkerDied(RuntimeError):
     """A worker process ended while the vector env still needed it; the message names the
     envs it stepped, its pid and how it ended."""
-
-
-def _picklable(exc: BaseException) -> BaseException:
-    """`exc`, or a RuntimeError with its text when it cannot cross a pipe."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-
-
-def _worker(
-    conn: Connection,
-    env_fns: list[Callable[[], gym.Env]],
-    rows: range,
-    threads: int,
-    shared: SharedArrays,
-    control_raw: Any = None,
-) -> None:
-    """A worker process: build its group of members, then serve commands until 'close' or
-    until the main process goes away (its pipe closes). With a control block (`control_raw`),
-    steps come by doorbell and every other command by pipe."""
-    # Stopping is the main process's decision: it finishes the iteration (stepping this
-    # worker), saves, and closes it. Ctrl-C and SIGTERM reach the whole process group.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        venv = SerialVectorEnv(env_fns, threads, out=shared.views(rows))
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            conn.send(("error", _picklable(exc)))
-        return
-    offset = rows.start
-    reply: tuple[str, Any] = ("ok", None)
-    control = None if control_raw is None else np.frombuffer(control_raw, dtype=np.int64)
-    if control is not None:
-        arrays = shared.arrays()
-        part = slice(rows.start, rows.stop)
-        actions, ended_rows = arrays["action"][part], arrays["ended"][part]
-        success, final = arrays["success"][part], shared.obs_view(arrays, "final", part)
-        done = int(control[DONE])
-    while True:
-        if reply is not None:
-            try:
-                conn.send(reply)
-            except (EOFError, OSError):  # the main process is gone
-                break
-        reply = None
-        if control is not None and _await_change(control, CMD, done, SPIN_SECONDS, conn):
-            try:
-                ended_rows[:] = False
-                logs = []
-                for i, o, s, log in venv.step_members(actions):
-                    ended_rows[i] = True
-                    success[i] = np.nan if s is None else float(s)
-                    obs_set(final, i, o)
-                    if log is not None:
-                        logs.append((i, log))
-                if logs:  # on the pipe before the counter rises: there when it is read
-                    conn.send(("logs", logs))
-                    control[LOGS] = 1
-            except BaseException as exc:
-                control[FAILED] = 1
-                reply = ("error", _picklable(exc))
-            done += 1
-            control[DONE] = done  # after everything it publishes
-            continue
-        try:
-            command, data = conn.recv()
-        except (EOFError, OSError):  # the main process is gone
-            break
-        try:
-            if command == "step":
-                # Indices of the ended episodes are the run's, not the group's.
-                ended = venv.step_members(data)
-                result: Any = [(offset + i, o, s, log) for i, o, s, log in ended]
-            elif command == "reset":
-                venv.reset(seed=data)
-                result = None
-            elif command == "call":
-                result = venv.call(data[0], *data[1], **data[2])
-            elif command == "set_attr":
-                venv.set_attr(*data)
-                result = None
-            elif command == "close":
-                venv.close()
-                with contextlib.suppress(OSError):
-                    conn.send(("ok", None))
-                break
-            else:
-                raise ValueError(f"unknown command {command!r}")
-            reply = ("ok", result)
-        except BaseException as exc:
-            reply = ("error", _picklable(exc))
-    with contextlib.suppress(Exception):
-        venv.close()
-    conn.close()
 
 
 class ProcessVectorEnv:
@@ -216,7 +117,7 @@ class ProcessVectorEnv:
             for rows, control in zip(self.groups[1:], control_raw, strict=True):
                 parent, child = ctx.Pipe()
                 process = ctx.Process(
-                    target=_worker,
+                    target=serve,
                     args=(child, [env_fns[i] for i in rows], rows, threads, self._shared, control),
                     name=f"embodied-ppo-envs-{rows.start}-{rows.stop - 1}",
                     daemon=True,
@@ -357,7 +258,7 @@ class ProcessVectorEnv:
         results: list[list[Ended]] = []
         for w, (conn, control) in enumerate(zip(self._conns, self._controls, strict=True)):
             results.append([])
-            if not _await_change(control, DONE, self._asked - 1, WAIT_SPIN_SECONDS, conn):
+            if not await_change(control, DONE, self._asked - 1, WAIT_SPIN_SECONDS, conn):
                 # Its pipe has something instead of the step: it died (EOF).
                 self.processes[w].join(timeout=5)
                 error = error or WorkerDied(self._describe(w))

@@ -14,6 +14,7 @@ from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import PPOUpdate
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError
+from embodied_ppo.core.system import usable_cores
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import Reduce
 from embodied_ppo.env.protocol import VecEnv
@@ -108,9 +109,8 @@ def update_threads(device: torch.device, policy: ActorCritic, rows: int) -> int:
     flops = 6 * rows * sum(p.numel() for p in policy.parameters())
     if flops < THREADED_STEP_FLOPS:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return max(1, (cores or 1) // local)
+    return max(1, usable_cores() // local)
 
 
 def load_policy_weights(

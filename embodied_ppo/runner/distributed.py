@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from embodied_ppo.core.errors import TrainingError, UserError
+from embodied_ppo.core.text import first_line
 
 
 def launched_by_torchrun() -> bool:
@@ -70,7 +71,7 @@ def init(device_name: str, backend: str = "auto", timeout_s: float = 600.0) -> N
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
     except Exception as exc:  # rendezvous failures: say what and where, in one line
         raise UserError(
-            f"could not join the torch.distributed group ({backend}): {str(exc).splitlines()[0]}"
+            f"could not join the torch.distributed group ({backend}): {first_line(exc)}"
         ) from None
 
 
@@ -88,10 +89,9 @@ def _guard(what: str):
 
         def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
             if exc is not None and isinstance(exc, RuntimeError | dist.DistBackendError):
-                line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise TrainingError(
                     f"rank {rank()}: {what} failed: another rank died, hangs or timed out "
-                    f"(trainer.dist_timeout) ({line[:200]})"
+                    f"(trainer.dist_timeout) ({first_line(exc)})"
                 ) from None
             return False
 

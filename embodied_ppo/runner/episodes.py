@@ -14,6 +14,7 @@ import torch
 from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import ConfigError, RenderError
 from embodied_ppo.core.obs import map_obs
+from embodied_ppo.core.text import first_line
 from embodied_ppo.env.protocol import episode_log
 from embodied_ppo.env.spaces import Obs, describe_spaces, obs_cast
 from embodied_ppo.io.render import GLChoice, configure_headless_gl, has_display
@@ -109,7 +110,7 @@ class EpisodeRunner:
         try:
             self.env = make_one(env_cfg, render_mode="rgb_array" if render else None)
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+            first = first_line(exc, 160)
             if render:
                 # With rendering on, a failing import of the GL platform surfaces right here.
                 hint = _dependency_hint(exc) or (self.gl.hint() if self.gl else "")
@@ -136,9 +137,9 @@ class EpisodeRunner:
             frame = self.env.render()
         except Exception as exc:
             hint = _dependency_hint(exc) or (self.gl.hint() if self.gl else "")
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RenderError(
-                f"cannot render {self.env_cfg.id} offscreen ({type(exc).__name__}: {first[:160]}); {hint}"
+                f"cannot render {self.env_cfg.id} offscreen ({type(exc).__name__}: "
+                f"{first_line(exc, 160)}); {hint}"
             ) from None
         if not isinstance(frame, np.ndarray) or frame.ndim != 3:
             raise RenderError(
@@ -164,9 +165,9 @@ class EpisodeRunner:
             context.make_current()
             context.free()
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
             raise RenderError(
-                f"cannot render {self.env_cfg.id} offscreen ({type(exc).__name__}: {first}); {self.gl.hint()}"
+                f"cannot render {self.env_cfg.id} offscreen ({type(exc).__name__}: "
+                f"{first_line(exc, 160)}); {self.gl.hint()}"
             ) from None
 
     def check_render(self) -> tuple[int, int]:

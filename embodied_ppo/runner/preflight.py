@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from typing import TYPE_CHECKING
 
 from embodied_ppo.config.schema import Config
@@ -85,22 +86,25 @@ def _check_obs_keys(cfg: Config, info: SpaceInfo) -> None:
 
 
 # ------------------------------------------------------------------ machine and policy
-def resolve_device(name: str) -> torch.device:
-    """`auto` -> cuda when available, else cpu; an unavailable cuda is a config error."""
+def resolve_device(name: str, key: str = "trainer.device") -> torch.device:
+    """The device `name` (auto | cpu | cuda | cuda:N) means on this machine: `auto` is cuda
+    when available, else cpu; a malformed name or an unavailable cuda is a one-line error
+    naming `key`."""
     import torch
 
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
+        raise ConfigError(f"{key}: got {name!r}, allowed: auto | cpu | cuda | cuda:N")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(
-                f"trainer.device: got {name!r} but no CUDA device is available; use auto or cpu"
+                f"{key}: got {name!r} but no CUDA device is available; use auto or cpu"
             )
         index = int(name.split(":")[1]) if ":" in name else 0
         if index >= torch.cuda.device_count():
             raise ConfigError(
-                f"trainer.device: got {name!r} but only {torch.cuda.device_count()} CUDA "
-                "device(s) exist"
+                f"{key}: got {name!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
             )
     return torch.device(name)
 

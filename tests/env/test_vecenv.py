@@ -199,9 +199,9 @@ def test_doorbell_steps_reach_workers_past_their_spin_and_wait_past_this_ones(mo
     # No spinning at all: every wait, the worker's for a step and this process's for its
     # reply, is the sleeping one (the counter looked at between polls of the pipe). With
     # pauses between steps the workers are asleep when each step is rung.
-    from embodied_ppo.env import workers
+    from embodied_ppo.env import worker_loop, workers
 
-    monkeypatch.setattr(workers, "SPIN_SECONDS", 0.0)  # the workers are forked with it
+    monkeypatch.setattr(worker_loop, "SPIN_SECONDS", 0.0)  # the workers are forked with it
     monkeypatch.setattr(workers, "WAIT_SPIN_SECONDS", 0.0)
     fns = [lambda: gym.make("CartPole-v1", max_episode_steps=9) for _ in range(4)]
     serial = _trajectory(SerialVectorEnv(fns), 30)
