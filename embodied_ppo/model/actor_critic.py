@@ -231,7 +231,11 @@ class ActorCritic(nn.Module):
         if not self.is_gaussian:
             return Categorical(out)
         if self.state_dependent_std:
-            log_std = self.log_std_head(actor_feat).clamp(LOG_STD_MIN, LOG_STD_MAX)
+            # Clamped forward, straight through backward: a head pushed past a bound still
+            # gets the gradient that brings it back (the log-std parameter is put back at the
+            # bound by the gradient step instead).
+            raw = self.log_std_head(actor_feat)
+            log_std = raw.clamp(LOG_STD_MIN, LOG_STD_MAX) + (raw - raw.detach())
         else:
             log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         return DiagGaussian(out, log_std)

@@ -303,6 +303,30 @@ def test_the_log_std_parameter_is_held_inside_its_range(compile, start, bound):
     assert torch.allclose(after, torch.full_like(after, bound), atol=0.01)  # Adam's steps are small
 
 
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("start, bound", [(2.5, 2.0), (-14.7, -5.0)])
+def test_a_state_dependent_std_head_past_its_bound_still_learns(compile, start, bound):
+    """The head's output is clamped forward, but its gradient passes the clamp: a head pushed
+    past a bound moves (on its own gradient) instead of staying there with none."""
+    torch.manual_seed(0)
+    policy = ActorCritic(spec("gaussian", state_dependent_std=True))
+    obs = torch.randn(8, 5)
+    with torch.no_grad():
+        policy.log_std_head.weight.zero_()
+        policy.log_std_head.bias.fill_(start)
+        assert torch.equal(policy(obs)[0].log_std, torch.full((8, 3), bound))  # clamped forward
+    dist, _ = policy(obs)
+    dist.log_std.sum().backward()
+    assert torch.equal(policy.log_std_head.bias.grad, torch.full((3,), 8.0))  # straight through
+    policy.zero_grad()
+    before = policy.log_std_head.bias.detach().clone()
+    # The entropy bonus reaches the head even where every ratio is clipped.
+    algo = AlgorithmConfig(minibatch_size=16, update_epochs=1, entropy_bonus=0.01)
+    upd, _ = updater(policy, algo, compile=compile)
+    upd.update(random_batch(), 8)
+    assert not torch.equal(policy.log_std_head.bias.detach(), before)
+
+
 def test_action_noise_survives_in_float32_at_the_log_std_floor():
     """A policy whose log-std parameter went far below the floor (-14.7) and whose mean is large
     (17) still samples actions that differ from the mean, and the log-probability recomputed
