@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -95,3 +96,90 @@ def aggregation_weights(
     if mode == "seq-mean-token-mean":
         return (seqs / (lengths.clamp(min=1.0) * num_seqs)).reshape(K, M)
     raise ValueError(f"unknown loss_agg_func {mode!r}")
+
+
+@dataclass(frozen=True)
+class Share:
+    """One process's part of an epoch's minibatches in a run of several processes.
+
+    Attributes:
+        rows: this process's flat rows (t * E + n of its own E envs), minibatch after minibatch,
+            each minibatch's part padded to whole micro-batches.
+        valid: 1.0 for a row of the minibatch (and a step, not the padding of a recurrent
+            chunk), 0.0 for padding, which trains nothing.
+        bounds: minibatch k is positions bounds[k]:bounds[k + 1] of `rows`.
+    """
+
+    rows: Tensor
+    valid: Tensor
+    bounds: list[int]
+
+
+def process_share(
+    order: Tensor,
+    valid: Tensor | None,
+    minibatches: int,
+    unit: int,
+    num_envs: int,
+    first_env: int,
+    world: int,
+    micro_units: int,
+) -> Share:
+    """This process's rows of an epoch drawn over the envs of all `world` processes.
+
+    `order` is the epoch's order of the whole run's (T, world * num_envs) rollout as one process
+    holding every env would draw it (flat rows t * N + g); minibatch k is its k-th of
+    `minibatches` equal parts, made of units of `unit` rows of one env (a step, an env's whole
+    sequence, a recurrent chunk). This process steps envs first_env .. first_env + num_envs - 1
+    and takes the units of its envs, in the order drawn, padded (repeating its first row with
+    validity 0) to a multiple of `micro_units` units, at least one micro-batch: every process
+    then runs micro-batches of one shape, and their gradients, summed over the processes with
+    the minibatch's global weights, are the minibatch's gradient.
+    """
+    N = num_envs * world
+    units = order.reshape(minibatches, -1, unit)  # (K, U, unit)
+    owner = units[:, :, 0] % N
+    mine = (owner >= first_env) & (owner < first_env + num_envs)  # (K, U)
+    local = (units // N) * num_envs + (units % N - first_env)
+    ok = torch.ones_like(order, dtype=torch.float32) if valid is None else valid
+    ok = ok.reshape(units.shape)
+    counts = mine.sum(dim=1).tolist()  # one host sync per epoch
+    rows, flags, bounds = [], [], [0]
+    for k, count in enumerate(counts):
+        rows.append(local[k][mine[k]].reshape(-1))
+        flags.append(ok[k][mine[k]].reshape(-1))
+        pad = max(1, -(-count // micro_units)) * micro_units - count
+        if pad:
+            rows.append(torch.zeros(pad * unit, dtype=local.dtype, device=local.device))
+            flags.append(torch.zeros(pad * unit, dtype=torch.float32, device=local.device))
+        bounds.append(bounds[-1] + (count + pad) * unit)
+    return Share(torch.cat(rows), torch.cat(flags), bounds)
+
+
+def share_weights(masks: list[Tensor], mode: str, seq_len: int, reduce: Reduce) -> list[Tensor]:
+    """Per-token weights of each minibatch's part on this process (`masks`: its rows' masks
+    times validity), with the denominators of the whole minibatches: summed over the processes
+    in one call, so that every part weighs its tokens as `aggregation_weights` weighs them in a
+    process holding the whole minibatch."""
+    masks = [m.to(torch.float32) for m in masks]
+    if mode == "token-mean":
+        local = torch.stack([m.sum() for m in masks])
+    else:
+        local = torch.stack(
+            [(m.reshape(-1, seq_len).sum(dim=1) > 0).sum().to(torch.float32) for m in masks]
+        )
+    totals = reduce(local).clamp(min=1.0)
+    out = []
+    for m, total in zip(masks, totals, strict=True):
+        if mode == "token-mean":
+            out.append(m / total)
+            continue
+        seqs = m.reshape(-1, seq_len)
+        if mode == "seq-mean-token-sum":
+            out.append((seqs / total).reshape(-1))
+        elif mode == "seq-mean-token-mean":
+            lengths = seqs.sum(dim=1, keepdim=True)
+            out.append((seqs / (lengths.clamp(min=1.0) * total)).reshape(-1))
+        else:
+            raise ValueError(f"unknown loss_agg_func {mode!r}")
+    return out

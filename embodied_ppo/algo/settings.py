@@ -18,6 +18,8 @@ class UpdateSettings:
         compile: compile the gradient step (see `gradient_step`).
         reduce: sums a tensor over the processes of a distributed run; None in one process.
         notes: where one-off notes go (e.g. the step running eagerly).
+        world, rank: the run's number of processes and this one's rank (its envs are the
+            rank-th block of the run's envs).
     """
 
     algo: AlgorithmConfig
@@ -25,3 +27,11 @@ class UpdateSettings:
     compile: bool = False
     reduce: Reduce | None = None
     notes: TextIO | None = None
+    world: int = 1
+    rank: int = 0
+
+    @property
+    def minibatch(self) -> int:
+        """Transitions per gradient step, of all processes together."""
+        per_process = self.algo.minibatch_scope == "per_process"
+        return self.algo.minibatch_size * (self.world if per_process else 1)

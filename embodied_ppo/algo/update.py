@@ -9,10 +9,13 @@ from torch import Tensor
 
 from embodied_ppo.algo.gradient_step import STEP_FIELDS, GradientStep
 from embodied_ppo.algo.minibatches import (
+    Share,
     aggregation_weights,
     minibatch_indices,
+    process_share,
     sequence_chunks,
     sequence_minibatch_indices,
+    share_weights,
 )
 from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.config.schema import OptimConfig
@@ -82,6 +85,7 @@ class PPOUpdate:
     ) -> None:
         self.algo, self.optim, self.optimizer = settings.algo, settings.optim, optimizer
         self.generator, self.reduce = generator, settings.reduce
+        self.world, self.rank, self.minibatch = settings.world, settings.rank, settings.minibatch
         self.recurrent = policy.state_size > 0
         self.fields = MINIBATCH_FIELDS + (RECURRENT_FIELDS if self.recurrent else ())
         self.step = GradientStep(policy, optimizer, settings, reference)
@@ -99,22 +103,47 @@ class PPOUpdate:
     def _epoch_order(
         self, size: int, num_steps: int, device: torch.device
     ) -> tuple[Tensor, Tensor | None]:
-        """One epoch's shuffled row order (minibatch k is rows [k*M, (k+1)*M) of it), and
-        where it pads recurrent chunks (0.0: a padding step; None: no padding)."""
-        a = self.algo
+        """One epoch's shuffled row order of a (T, N) rollout of `size` = T * N rows (minibatch
+        k is rows [k*M, (k+1)*M) of it), and where it pads recurrent chunks (0.0: a padding
+        step; None: no padding)."""
+        a, M = self.algo, self.minibatch
         if self.recurrent:
             return sequence_chunks(
                 num_steps, size // num_steps, a.sequence_length or num_steps, self.generator, device
             )
         parts: Iterator[Tensor]
         if a.loss_agg_func == "token-mean":
-            parts = minibatch_indices(size, a.minibatch_size, self.generator, device)
+            parts = minibatch_indices(size, M, self.generator, device)
         else:
             envs = size // num_steps
             parts = sequence_minibatch_indices(
-                num_steps, envs, a.minibatch_size // num_steps, self.generator, device
+                num_steps, envs, M // num_steps, self.generator, device
             )
         return torch.cat(list(parts)), None
+
+    def _unit(self, num_steps: int) -> int:
+        """Rows of one env that stay together in a minibatch: a step, a whole sequence
+        (seq-* aggregation) or a recurrent chunk."""
+        if self.recurrent:
+            return self.algo.sequence_length or num_steps
+        return 1 if self.algo.loss_agg_func == "token-mean" else num_steps
+
+    def _share(self, size: int, num_steps: int, device: torch.device) -> Share:
+        """This process's part of one epoch drawn over every process's envs: the same order,
+        drawn from the same generator state on every process, as one process holding all the
+        envs draws (so the minibatches are the same at any number of processes)."""
+        order, valid = self._epoch_order(size * self.world, num_steps, device)
+        return process_share(
+            order, valid, order.numel() // self.minibatch, self._unit(num_steps),
+            size // num_steps, self.rank * (size // num_steps), self.world,
+            self._micro_units(num_steps),
+        )  # fmt: skip
+
+    def _micro_units(self, num_steps: int) -> int:
+        """Units (`_unit`) per micro-batch of a process's share: micro_batch_size's, else a
+        process's even part of the minibatch."""
+        rows = self.algo.micro_batch_size or -(-self.minibatch // self.world)
+        return max(1, -(-rows // self._unit(num_steps)))
 
     def update(
         self,
@@ -157,14 +186,38 @@ class PPOUpdate:
         """The update's epochs of minibatch steps: appends each step's vector to `records` and
         its (epoch, minibatch) to `where`; True where early stopping ended them."""
         a = self.algo
-        size, M = batch["advantages"].shape[0], a.minibatch_size
+        size, M = batch["advantages"].shape[0], self.minibatch
         micro = a.micro_batch_size or M
         split = micro < M or self.reduce is not None
         sync_each_step = self._checks_each_step(batch["advantages"].device)
         for epoch in range(a.update_epochs):
             if epoch and refresh is not None:
                 refresh()
-            order, valid = self._epoch_order(size, num_steps, batch["advantages"].device)
+            for k, (mb, weights, micro) in enumerate(self._minibatches(batch, num_steps, size)):
+                if split:
+                    out = self._accumulated_step(mb, weights, micro, lr, adam)
+                else:
+                    out = self.step.step(mb, weights, lr, adam)
+                if sync_each_step and bool(out[-2]):  # skipped
+                    if bool(out[-1]):
+                        raise NonFiniteError(self._culprit(out), epoch, k)
+                    return True  # early stop: this minibatch's step was not taken
+                records.append(out)
+                where.append((epoch, k))
+        return False
+
+    def _minibatches(
+        self, batch: dict[str, Tensor], num_steps: int, size: int
+    ) -> Iterator[tuple[tuple[Tensor | dict[str, Tensor], ...], Tensor, int]]:
+        """One epoch's minibatches: (fields, per-token weights, rows per micro-batch) of each.
+
+        In one process, minibatch k is rows [k*M, (k+1)*M) of the epoch's order; in a run of
+        several, this process's share of it (`process_share`), weighted with the whole
+        minibatch's denominators."""
+        a, M = self.algo, self.minibatch
+        device = batch["advantages"].device
+        if self.reduce is None or self.world == 1:
+            order, valid = self._epoch_order(size, num_steps, device)
             # Gathered once per epoch (observations key by key).
             rows = [map_obs(lambda x, o=order: x[o], batch[f]) for f in self.fields]
             mask = batch["mask"][order]
@@ -173,19 +226,18 @@ class PPOUpdate:
             weights = aggregation_weights(
                 mask.reshape(-1, M), a.loss_agg_func, num_steps, self.reduce
             )  # (K, M)
+            micro = a.micro_batch_size or M
             for k in range(weights.shape[0]):
-                mb = tuple(_rows(x, slice(k * M, (k + 1) * M)) for x in rows)
-                if split:
-                    out = self._accumulated_step(mb, weights[k], micro, lr, adam)
-                else:
-                    out = self.step.step(mb, weights[k], lr, adam)
-                if sync_each_step and bool(out[-2]):  # skipped
-                    if bool(out[-1]):
-                        raise NonFiniteError(self._culprit(out), epoch, k)
-                    return True  # early stop: this minibatch's step was not taken
-                records.append(out)
-                where.append((epoch, k))
-        return False
+                yield tuple(_rows(x, slice(k * M, (k + 1) * M)) for x in rows), weights[k], micro
+            return
+        share = self._share(size, num_steps, device)
+        rows = [map_obs(lambda x, o=share.rows: x[o], batch[f]) for f in self.fields]
+        mask = batch["mask"][share.rows] * share.valid
+        spans = [slice(lo, hi) for lo, hi in zip(share.bounds, share.bounds[1:], strict=False)]
+        weights = share_weights([mask[s] for s in spans], a.loss_agg_func, num_steps, self.reduce)
+        micro = self._micro_units(num_steps) * self._unit(num_steps)
+        for span, w in zip(spans, weights, strict=True):
+            yield tuple(_rows(x, span) for x in rows), w, micro
 
     def _checks_each_step(self, device: torch.device) -> bool:
         """On the CPU a host sync costs nothing: stop at the first skipped step. Elsewhere, look

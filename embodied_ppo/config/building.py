@@ -170,9 +170,15 @@ def upgrade(data: ConfigDict) -> ConfigDict:
         block, name = key.split(".")
         if isinstance(out.get(block), dict):
             out[block].pop(name, None)
+    algo = out.get("algorithm")
+    if isinstance(algo, dict) and "minibatch_scope" not in algo:
+        # Saved before the key existed, when a process's minibatch was minibatch_size of its
+        # own transitions: the run goes on taking as many gradient steps of as many.
+        algo["minibatch_scope"] = "per_process"
     return out
 
 
-def from_dict(data: ConfigValue) -> Config:
-    """Build a Config from a nested mapping and check it (`checks.check_config`)."""
-    return check_config(_build(Config, data, ""))
+def from_dict(data: ConfigValue, world: int | None = None) -> Config:
+    """Build a Config from a nested mapping and check it (`checks.check_config`) for a run of
+    `world` processes (default: as many as torchrun started this one among)."""
+    return check_config(_build(Config, data, ""), world)

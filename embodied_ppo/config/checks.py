@@ -7,6 +7,7 @@ import re
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
+from embodied_ppo.core.system import launched_world_size
 
 
 def _check(cond: bool, message: str) -> None:
@@ -17,9 +18,14 @@ def _check(cond: bool, message: str) -> None:
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
-def check_config(cfg: Config) -> Config:
-    """Check ranges and combinations that the types alone cannot express (no env needed)."""
+def check_config(cfg: Config, world: int | None = None) -> Config:
+    """Check ranges and combinations that the types alone cannot express (no env needed).
+
+    `world`: the number of processes the config runs in (default: as many as torchrun started
+    this one among), which the minibatch checks count envs and minibatches over.
+    """
     e, m, a, o, t = cfg.env, cfg.model, cfg.algorithm, cfg.optim, cfg.trainer
+    world = launched_world_size() if world is None else world
     _check(e.id is not None and e.id.strip() != "", "env.id: required, e.g. env.id=Humanoid-v5")
     _check(e.num_envs >= 1, f"env.num_envs: got {e.num_envs}, expected an integer >= 1")
     _check(e.threads >= 1, f"env.threads: got {e.threads}, expected an integer >= 1")
@@ -123,18 +129,20 @@ def check_config(cfg: Config) -> Config:
     _check(
         a.value_loss_coef >= 0, f"algorithm.value_loss_coef: got {a.value_loss_coef}, expected >= 0"
     )
-    batch = cfg.batch_size
+    batch = a.rollout_steps * cfg.global_envs(world)
+    minibatch = cfg.global_minibatch(world)
     if m.recurrent is None:
         _check(
-            1 <= a.minibatch_size <= batch and batch % a.minibatch_size == 0,
-            f"algorithm.minibatch_size: got {a.minibatch_size}, expected a divisor of "
-            f"algorithm.rollout_steps x env.num_envs = {batch} (e.g. {_divisors_hint(batch)})",
+            1 <= minibatch <= batch and batch % minibatch == 0,
+            f"algorithm.minibatch_size: got {a.minibatch_size}{_scale_note(cfg, world)}, "
+            f"expected a divisor of algorithm.rollout_steps x env.num_envs = {batch}"
+            f"{_envs_note(cfg, world)} (e.g. {_divisors_hint(batch)})",
         )
-    _check_recurrent(cfg)
+    _check_recurrent(cfg, world)
     _check(
-        a.micro_batch_size is None or a.micro_batch_size <= a.minibatch_size,
+        a.micro_batch_size is None or a.micro_batch_size <= minibatch,
         f"algorithm.micro_batch_size: got {a.micro_batch_size}, expected null or at most "
-        f"algorithm.minibatch_size = {a.minibatch_size}",
+        f"algorithm.minibatch_size = {minibatch}{_scale_note(cfg, world)}",
     )
 
     _check(o.lr > 0, f"optim.lr: got {o.lr}, expected a number > 0")
@@ -266,7 +274,21 @@ def _check_estimator(cfg: Config) -> None:
     )
 
 
-def _check_recurrent(cfg: Config) -> None:
+def _scale_note(cfg: Config, world: int) -> str:
+    """How a per-process minibatch size scales with the processes (nothing otherwise)."""
+    if world == 1 or cfg.algorithm.minibatch_scope == "global":
+        return ""
+    return f" per process, {cfg.global_minibatch(world)} for the {world} processes"
+
+
+def _envs_note(cfg: Config, world: int) -> str:
+    """Which envs a run of several processes counts (nothing in one process)."""
+    if world == 1:
+        return ""
+    return f" of all {world} processes' {cfg.global_envs(world)} envs"
+
+
+def _check_recurrent(cfg: Config, world: int) -> None:
     """model.recurrent and algorithm.sequence_length, and what a recurrent update cannot do."""
     m, a = cfg.model, cfg.algorithm
     _check(m.recurrent_size >= 1, f"model.recurrent_size: got {m.recurrent_size}, expected >= 1")
@@ -287,14 +309,17 @@ def _check_recurrent(cfg: Config) -> None:
         f"algorithm.sequence_length: got {a.sequence_length}, expected null (whole rollouts) or "
         f"an integer in [1, algorithm.rollout_steps = {T}]",
     )
-    chunks = -(-T // L) * cfg.env.num_envs  # per rollout; the last chunk of each env is padded
-    per = a.minibatch_size // L
+    # Chunks per rollout (of all processes); the last chunk of each env is padded.
+    chunks = -(-T // L) * cfg.global_envs(world)
+    minibatch = cfg.global_minibatch(world)
+    per = minibatch // L
     fits = [str(L * d) for d in range(1, chunks + 1) if chunks % d == 0][-4:]
     _check(
-        a.minibatch_size % L == 0 and per >= 1 and chunks % per == 0,
-        f"algorithm.minibatch_size: got {a.minibatch_size}; a recurrent update trains on chunks "
-        f"of {L} steps (algorithm.sequence_length, or rollout_steps), {chunks} per rollout, so "
-        f"it must be {L} x a divisor of {chunks} (e.g. {', '.join(fits)})",
+        minibatch % L == 0 and per >= 1 and chunks % per == 0,
+        f"algorithm.minibatch_size: got {a.minibatch_size}{_scale_note(cfg, world)}; a "
+        f"recurrent update trains on chunks of {L} steps (algorithm.sequence_length, or "
+        f"rollout_steps), {chunks} per rollout{_envs_note(cfg, world)}, so it must be {L} x a "
+        f"divisor of {chunks} (e.g. {', '.join(fits)})",
     )
     _check(
         a.micro_batch_size is None or a.micro_batch_size % L == 0,

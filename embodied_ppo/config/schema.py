@@ -159,7 +159,15 @@ class AlgorithmConfig:
     rollout_steps: int = _key(256, "steps per env per iteration (T)")
     update_epochs: int = _key(10, "passes over the rollout per iteration")
     minibatch_size: int = _key(
-        512, "transitions per gradient step; must divide rollout_steps x num_envs"
+        512,
+        "transitions per gradient step, of every process together; must divide "
+        "rollout_steps x num_envs (all processes' envs)",
+    )
+    minibatch_scope: Literal["global", "per_process"] = _key(
+        "global",
+        "under torchrun: minibatch_size is all processes' (global) or each process's "
+        "(per_process: the gradient step takes minibatch_size x processes; runs saved by "
+        "earlier versions, which meant this, resume with it)",
     )
     micro_batch_size: int | None = _key(
         None, "transitions per forward/backward inside a minibatch; null: all"
@@ -272,8 +280,19 @@ class Config:
 
     @property
     def batch_size(self) -> int:
-        """Transitions per iteration: rollout_steps x num_envs."""
+        """Transitions per iteration of this process: rollout_steps x num_envs."""
         return self.algorithm.rollout_steps * self.env.num_envs
+
+    def global_envs(self, world: int) -> int:
+        """The envs of all `world` processes of a run together."""
+        return (
+            self.env.num_envs if self.env.num_envs_scope == "global" else self.env.num_envs * world
+        )
+
+    def global_minibatch(self, world: int) -> int:
+        """Transitions per gradient step of all `world` processes together."""
+        a = self.algorithm
+        return a.minibatch_size * (world if a.minibatch_scope == "per_process" else 1)
 
 
 def with_values(cfg: Config, **values: object) -> Config:

@@ -10,3 +10,8 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
+
+
+def launched_world_size() -> int:
+    """The number of processes torchrun started this one among (WORLD_SIZE; 1 alone)."""
+    return max(1, int(os.environ.get("WORLD_SIZE", "1")))

@@ -23,6 +23,7 @@ from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.encoders import CNNSpec
 from embodied_ppo.model.spec import DictObsSpec, ObsKeySpec, PolicySpec, RecurrentSpec
+from embodied_ppo.runner import distributed
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.collector import Collector, CollectorSettings
 from embodied_ppo.runner.preflight import inference_path
@@ -226,8 +227,12 @@ def make_updater(
     reduce: Reduce | None,
     notes: TextIO | None,
 ) -> PPOUpdate:
-    """The PPO update of a run (compiled where trainer.compile says so)."""
-    settings = UpdateSettings(cfg.algorithm, cfg.optim, cfg.trainer.compile, reduce, notes)
+    """The PPO update of a run (compiled where trainer.compile says so), this process's part of
+    it in a run of several."""
+    settings = UpdateSettings(
+        cfg.algorithm, cfg.optim, cfg.trainer.compile, reduce, notes,
+        distributed.world_size(), distributed.rank(),
+    )  # fmt: skip
     return PPOUpdate(policy, optimizer, generator, settings, reference)
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from embodied_ppo.core.errors import TrainingError, UserError
+from embodied_ppo.core.system import launched_world_size
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
 
@@ -27,12 +28,12 @@ T = TypeVar("T")
 
 def launched_by_torchrun() -> bool:
     """Whether torchrun started this process as one of several (WORLD_SIZE > 1)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return launched_world_size() > 1
 
 
 def launch_world_size() -> int:
     """The number of processes torchrun started (before the group is joined)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return launched_world_size()
 
 
 def launch_rank() -> int:

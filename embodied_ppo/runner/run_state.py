@@ -38,7 +38,8 @@ from embodied_ppo.runner.collector import Collector
 class RunState:
     """The trainer's checkpointing: its state, saving it, and continuing from it."""
 
-    cfg: Config
+    cfg: Config  # this process's part of the run
+    run_config: Config  # the run's, as given
     run_dir: Path
     world: int
     main: bool
@@ -68,7 +69,7 @@ class RunState:
             }
         return {
             "package_version": __version__,
-            "config": self.cfg.to_dict(),
+            "config": self.run_config.to_dict(),  # as given: envs of all processes
             "model_spec": self.policy.spec.to_dict(),
             "model": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),

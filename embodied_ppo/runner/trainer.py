@@ -77,7 +77,8 @@ class Trainer(RunState):
         self.rank, self.world = distributed.rank(), distributed.world_size()
         self.resume_note: str | None = None  # why a resume could not be exact, if it was not
         self.main = self.rank == 0  # the one process that writes logs, checkpoints and videos
-        self.cfg = cfg = per_process(cfg, self.world)
+        self.run_config = cfg  # the run's, as its checkpoints keep it
+        self.cfg = cfg = per_process(cfg, self.world)  # this process's part
         self.run_dir = Path(run_dir)
         self.device = distributed.local_device(resolve_device(t.device))
         self.notes = (notes or sys.stdout) if self.main else Discard()

@@ -160,6 +160,26 @@ def test_a_runs_own_saved_config_drops_removed_keys():
     assert saved["trainer"]["update"] == "auto"  # the caller's dict is left alone
 
 
+def test_a_run_saved_before_minibatch_scope_keeps_its_per_process_minibatch():
+    saved = {"env": {"id": "CartPole-v1"}, "algorithm": {"minibatch_size": 64}}
+    assert from_dict(upgrade(saved)).algorithm.minibatch_scope == "per_process"
+    written = from_dict({"env": {"id": "CartPole-v1"}}).to_dict()  # what a run saves now
+    assert from_dict(upgrade(written)).algorithm.minibatch_scope == "global"
+
+
+def test_minibatches_are_checked_against_every_processs_envs():
+    envs = {"id": "CartPole-v1", "num_envs": 2}
+    cfg = from_dict({"env": envs, "algorithm": {"rollout_steps": 16, "minibatch_size": 64}}, 2)
+    assert cfg.global_minibatch(2) == 64 and cfg.global_envs(2) == 4
+    with pytest.raises(ConfigError, match=r"of all 2 processes' 4 envs"):
+        from_dict({"env": {"id": "CartPole-v1", "num_envs": 2},
+                   "algorithm": {"rollout_steps": 16, "minibatch_size": 128}}, world=2)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"got 64 per process, 128 for the 2 processes"):
+        from_dict({"env": {"id": "CartPole-v1", "num_envs": 2},
+                   "algorithm": {"rollout_steps": 16, "minibatch_size": 64,
+                                 "minibatch_scope": "per_process"}}, world=2)  # fmt: skip
+
+
 CONFIGS = ROOT / "configs"
 
 

@@ -18,7 +18,7 @@ from embodied_ppo.io.checkpoint import load_checkpoint
 
 WORKER = ROOT / "tests" / "dist_worker.py"
 
-# 16 steps x E envs per process; one minibatch per epoch (the whole batch of each process).
+# 16 steps x E envs per process.
 BASE = [
     "env.id=Pendulum-v1",
     "model.hidden_sizes=[32,32]",
@@ -52,7 +52,12 @@ def torchrun(nproc: int, *args: str, timeout: float = 300) -> subprocess.Complet
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env(), timeout=timeout)
 
 
-def run_worker(tmp: Path, name: str, nproc: int, envs_per_process: int, *extra: str) -> list[dict]:
+def run_worker(
+    tmp: Path, name: str, nproc: int, envs_per_process: int, *extra: str, minibatch: int = 64
+) -> list[dict]:
+    """Train with `nproc` processes of `envs_per_process` envs each; every process's weights.
+    `minibatch`: algorithm.minibatch_size, transitions of all processes (64: one per epoch with
+    four envs in all)."""
     out = tmp / name
     out.mkdir()
     args = [
@@ -61,7 +66,7 @@ def run_worker(tmp: Path, name: str, nproc: int, envs_per_process: int, *extra: 
         str(out),
         *BASE,
         f"env.num_envs={envs_per_process}",
-        f"algorithm.minibatch_size={16 * envs_per_process}",
+        f"algorithm.minibatch_size={minibatch}",
         f"trainer.run_dir={out / 'run'}",
         *extra,
     ]
@@ -88,12 +93,33 @@ def assert_close(a: dict, b: dict, atol: float) -> None:
         )
 
 
-@pytest.mark.parametrize("extra", [[], ["algorithm.recompute_advantages=true"]])
-def test_two_processes_update_like_one_process_with_all_envs(tmp_path, extra):
+@pytest.mark.parametrize(
+    "minibatch, extra",
+    [
+        (64, []),
+        (64, ["algorithm.recompute_advantages=true"]),
+        # Four minibatches per epoch: each process trains on its share of every minibatch.
+        (16, []),
+        (16, ["algorithm.micro_batch_size=4", "trainer.compile=false"]),
+        # Whole env sequences per minibatch.
+        (32, ["algorithm.loss_agg_func=seq-mean-token-mean", "trainer.compile=false"]),
+        # Recurrent chunks of 8 steps, four minibatches of two chunks.
+        (16, ["model.recurrent=gru", "model.recurrent_size=16", "algorithm.sequence_length=8",
+              "trainer.compile=false"]),
+        # Group advantages over pairs of envs, one episode each (a group never spans two
+        # processes).
+        (16, ["algorithm.adv_type=grpo", "algorithm.group_size=2", "algorithm.loss_type=actor",
+              "env.max_episode_steps=16",
+              "trainer.compile=false"]),
+    ],
+    ids=["one-minibatch", "recompute-advantages", "four-minibatches", "micro-batches",
+         "sequences", "recurrent-chunks", "grpo"],
+)  # fmt: skip
+def test_two_processes_update_like_one_process_with_all_envs(tmp_path, minibatch, extra):
     # recompute_advantages: each process values its own envs again, and the advantages are
     # normalized over all processes, as over all envs in one.
-    two = run_worker(tmp_path, "two", 2, 2, *extra)
-    one = run_worker(tmp_path, "one", 1, 4, *extra)
+    two = run_worker(tmp_path, "two", 2, 2, *extra, minibatch=minibatch)
+    one = run_worker(tmp_path, "one", 1, 4, *extra, minibatch=minibatch)
     # Every process holds the same weights ...
     for k, v in two[0].items():
         assert torch.equal(v, two[1][k]), k
@@ -102,10 +128,15 @@ def test_two_processes_update_like_one_process_with_all_envs(tmp_path, extra):
 
 
 def test_envs_split_globally_give_the_same_run(tmp_path):
-    two = run_worker(
-        tmp_path, "global", 2, 4, "env.num_envs_scope=global", "algorithm.minibatch_size=32"
-    )
-    one = run_worker(tmp_path, "one", 1, 4)
+    two = run_worker(tmp_path, "global", 2, 4, "env.num_envs_scope=global", minibatch=16)
+    one = run_worker(tmp_path, "one", 1, 4, minibatch=16)
+    assert_close(two[0], one[0], atol=1e-5)
+
+
+def test_a_per_process_minibatch_is_the_processes_minibatches_together(tmp_path):
+    # minibatch_scope per_process (what runs saved by earlier versions meant): 2 x 8 per step.
+    two = run_worker(tmp_path, "two", 2, 2, "algorithm.minibatch_scope=per_process", minibatch=8)
+    one = run_worker(tmp_path, "one", 1, 4, minibatch=16)
     assert_close(two[0], one[0], atol=1e-5)
 
 
