@@ -15,3 +15,10 @@ def usable_cores() -> int:
 def launched_world_size() -> int:
     """The number of processes torchrun started this one among (WORLD_SIZE; 1 alone)."""
     return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def default_threads() -> int:
+    """The intra-op threads torch starts a process with: OMP_NUM_THREADS where it is a number
+    (torchrun sets 1 per process), else every usable core."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) >= 1 else usable_cores()

@@ -28,6 +28,7 @@ from embodied_ppo.algo.update import NonFiniteError, make_optimizer
 from embodied_ppo.config.scale import per_process
 from embodied_ppo.config.schema import CRITIC_FREE, Config
 from embodied_ppo.core.errors import TrainingError
+from embodied_ppo.core.system import default_threads
 from embodied_ppo.core.text import Discard
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.env import make_env
@@ -72,6 +73,26 @@ class Trainer(RunState):
         progress_stream: TextIO | None = None,
         notes: TextIO | None = None,
     ) -> None:
+        t = cfg.trainer
+        # The run sets its own torch threads from the start: what a caller set, or an earlier
+        # run in this process left, would change its numbers. The caller's come back at the end.
+        self.caller_threads = torch.get_num_threads()
+        torch.set_num_threads(t.torch_threads or default_threads())
+        try:
+            self._build(cfg, run_dir, resume, progress_stream, notes)
+        except BaseException:
+            torch.set_num_threads(self.caller_threads)
+            raise
+
+    def _build(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        resume: CheckpointState | None,
+        progress_stream: TextIO | None,
+        notes: TextIO | None,
+    ) -> None:
+        """The run's parts: envs, policy, buffer, collector, update, and its state."""
         t = cfg.trainer
         distributed.init(t.device, t.dist_backend, t.dist_timeout)
         self.rank, self.world = distributed.rank(), distributed.world_size()
@@ -269,6 +290,7 @@ class Trainer(RunState):
         )
 
     def _close(self, logger: MetricsLogger | None) -> None:
+        torch.set_num_threads(self.caller_threads)
         self.progress.close()
         if logger is not None:
             logger.close()

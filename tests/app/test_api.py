@@ -275,3 +275,35 @@ def test_wandb_offline_gets_the_scalars_and_videos(tmp_path, monkeypatch):
     assert [s for s, _ in videos] == [64] and isinstance(videos[0][1], wandb.Video)
     run_id = (tmp_path / "wandb_id").read_text().strip()
     assert run_id in next((tmp_path / "wandb").glob("offline-run-*")).name
+
+
+SECOND_CALL = """
+import json, sys, torch
+import embodied_ppo
+out = []
+for i, threads in enumerate([2, 1]):  # what a caller may change between runs
+    torch.set_num_threads(threads)
+    embodied_ppo.train("configs/hopper.yaml", overrides=sys.argv[2:], run_dir=f"{sys.argv[1]}/{i}")
+    assert torch.get_num_threads() == threads  # the caller's setting is back
+"""
+
+
+def _learned(run: Path) -> list[dict]:
+    """A run's logged scalars without the ones that measure time."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    timed = ("time", "SPS", "_time")
+    return [{k: v for k, v in r.items() if not any(t in k for t in timed)} for r in rows]
+
+
+def test_a_second_run_in_one_process_is_the_first_and_the_cli_run(tmp_path):
+    """Nothing of a run outlives it in the process: a second embodied_ppo.train() with the same
+    config, seed and a caller's other thread count logs what the first and the CLI log, bit for
+    bit."""
+    args = ["trainer.total_steps=4096", "trainer.eval_interval=null", "trainer.seed=3"]
+    subprocess.run([sys.executable, "-c", SECOND_CALL, str(tmp_path), *args], cwd=ROOT,
+                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "embodied_ppo", "train", "configs/hopper.yaml", *args,
+                    f"trainer.run_dir={tmp_path / 'cli'}"], cwd=ROOT, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    first, second, cli = (_learned(tmp_path / name) for name in ("0", "1", "cli"))
+    assert len(first) == 2 and first == second == cli
