@@ -21,7 +21,6 @@ from embodied_ppo.env.spaces import Obs
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.acting import VALUE_BATCH_ROWS, Acting, rollout_noise
 from embodied_ppo.runner.buffer import RolloutBuffer
-from embodied_ppo.runner.first_rollout import reevaluate
 from embodied_ppo.runner.staging import Staging
 
 
@@ -75,7 +74,6 @@ class _Rollout:
     noise: np.ndarray  # (T, N, ...)
     terms: tuple[np.ndarray, np.ndarray] | None  # a state-independent Gaussian's noise terms
     episodic: bool
-    first: bool  # the run's first rollout: its observations are merged and it is re-evaluated
     done: np.ndarray  # (N,) episodic: which envs have finished their episode
     steps: int  # its length: T, or fewer where all episodes of an episodic rollout ended
     finals: list[tuple[int, np.ndarray, Obs]] = field(default_factory=list)  # truncations
@@ -109,6 +107,9 @@ class Collector:
         )  # fmt: skip
         self.obs: Obs | None = None  # (N, ...): what the policy acts on next
         self.merged = False  # the last rollout's observations are in the normalizers
+        # The normalizers were primed with this rollout's first observations (leave them out
+        # when the rollout is merged).
+        self.primed = False
         # Recurrent policies: each env's state after its last step, and whether its next step
         # starts an episode (the state is zeroed before it).
         self.state_size = policy.state_size
@@ -191,13 +192,11 @@ class Collector:
         T, N, s = self.buffer.num_steps, self.envs.num_envs, self.settings
         self.stage.clear()
         noise = rollout_noise(self.policy, T, N, noise_seed, s.env_offset, s.total_envs)
+        if self.policy.needs_obs_statistics():
+            self._prime()
         self.acting.begin()
-        # The first rollout of a run meets empty observation statistics: they are merged right
-        # after it and the rollout re-evaluated, so even the first update sees normalized inputs.
-        first = self.policy.needs_obs_statistics()
-        before = (self._reset_states(), self.episode_starts.copy()) if first else None
         run = _Rollout(
-            RolloutStats(), noise, self.acting.noise_terms(noise), episodic, first,
+            RolloutStats(), noise, self.acting.noise_terms(noise), episodic,
             done=np.zeros(N, dtype=bool), steps=T,
         )  # fmt: skip
         self.merged = False
@@ -207,16 +206,6 @@ class Collector:
             if episodic and self._episodes_over(t, run):
                 break
         run.stats.steps = run.steps * N
-        if first:
-            assert before is not None
-            self._merge(self.acting.tensors(self.stage.flat(self.stage.obs, run.steps)),
-                        torch.from_numpy(self.stage.mask[: run.steps].reshape(-1)))  # fmt: skip
-            self.acting.begin()  # the snapshot of the normalized policy
-            states = reevaluate(
-                self.stage, self.acting, run.steps, before, run.finals, s.forward_micro_batch
-            )
-            if states is not None:
-                self.rnn_state = states
         self._finish(obs, run)
         return run.stats
 
@@ -263,7 +252,7 @@ class Collector:
             else:
                 values = self.acting.values(final)
             st.final_values[t, cut] = values
-            if run.first or self.settings.keep_bootstrap_obs:  # valued again later
+            if self.settings.keep_bootstrap_obs:  # valued again later
                 run.finals.append((t, cut, map_obs(np.copy, final)))
             st.truncated[t, cut] = True
         n = len(res.episode_envs)
@@ -325,7 +314,7 @@ class Collector:
     # ------------------------------------------------------------------ observation statistics
     def merge_obs_statistics(self) -> None:
         """Merge the last rollout's observations into the policy's normalizers (docs/design.md,
-        rule 2), unless `collect` already did (the first rollout of a run).
+        rule 2), once.
 
         Called after the update, so collection, the stored log-probs and values, and the update of
         one iteration all see the same normalization (the first ratio of an update is exactly 1).
@@ -333,7 +322,22 @@ class Collector:
         if self.merged:
             return
         buf = self.buffer
-        self._merge(buf.flat("obs")["obs"], buf.mask.reshape(-1).bool())
+        keep = buf.mask.reshape(-1).bool()
+        if self.primed:  # its first observations are in already
+            keep = keep.clone()
+            keep[: buf.num_envs] = False
+            self.primed = False
+        self._merge(buf.flat("obs")["obs"], keep)
+
+    def _prime(self) -> None:
+        """Before a run's first rollout: the normalizers take the observations every env starts
+        from (of every process), so the very first actions are drawn by the normalized policy
+        and each stored log-probability is that of the policy that drew the action."""
+        assert self.obs is not None
+        obs = self.acting.tensors(self.obs)
+        first = next(iter(obs.values())) if isinstance(obs, dict) else obs
+        self._merge(obs, torch.ones(first.shape[0], dtype=torch.bool, device=first.device))
+        self.merged, self.primed = False, True
 
     def _merge(self, obs: torch.Tensor | dict[str, torch.Tensor], keep: torch.Tensor) -> None:
         """Merge observations (B, ...) into the normalizers, the rows where `keep` (B,) holds

@@ -385,8 +385,10 @@ def test_each_source_key_is_honored(tmp_path, key, change, changes):
             base = merged({"algorithm": {"recompute_old_logprobs": True}})
             changes = False
         a, b = run(tmp_path, "a", env_id, **base), run(tmp_path, "b", env_id, **merged(change))
+    # Float tolerance: a key that must not change the update (e.g. micro-batching the
+    # collection's forward passes) still rounds differently, by ~1e-6 after 32 steps.
     same = all(
-        torch.allclose(v, b.policy.state_dict()[k], atol=1e-6)
+        torch.allclose(v, b.policy.state_dict()[k], atol=1e-5)
         for k, v in a.policy.state_dict().items()
     )
     assert same != changes, key

@@ -11,6 +11,7 @@ from toy_envs import register
 from embodied_ppo.config.schema import with_values
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.snapshot import NumpyPolicy
+from embodied_ppo.runner.acting import rollout_noise
 
 
 def counting_config(**env):
@@ -124,10 +125,11 @@ def test_collection_keeps_the_policy_fixed(share, hidden):
 
 @pytest.mark.parametrize("inference", ["host", "device"])
 @pytest.mark.parametrize("share", [True, False])
-def test_the_first_rollout_is_normalized_with_its_own_statistics(inference, share):
-    """A run's first rollout meets empty statistics: they are merged from it at once, and its
-    log-probs, values and truncation bootstrap values are those of the normalized policy, so
-    the first update does not train on raw (merely clipped) observations."""
+def test_the_first_rollout_is_drawn_by_the_normalized_policy(inference, share):
+    """A run's first rollout meets empty statistics: the normalizers first take the observations
+    every env starts from, then the policy acts, so every stored action and log-probability is
+    that of the policy (and normalizer) that drew it; the rollout is merged after its update
+    like every other (its first observations once)."""
     cfg = tiny_config(
         "Pendulum-v1",
         model={"share_backbone": share},
@@ -135,24 +137,27 @@ def test_the_first_rollout_is_normalized_with_its_own_statistics(inference, shar
     )
     envs, policy, buf, col = build(cfg, inference=inference)
     assert policy.needs_obs_statistics()
-    raw = ActorCritic(policy.spec)
-    raw.load_state_dict(policy.state_dict())
-    col.collect()
+    col.collect(noise_seed=5)
     norm = policy.obs_normalizer
-    assert norm.count.item() == 16 and not policy.needs_obs_statistics()
-    obs = buf.obs.reshape(-1, 3)
-    assert torch.allclose(norm.mean, obs.double().mean(0))
-    assert torch.allclose(norm.var, obs.double().var(0, unbiased=False))
+    first = buf.obs[0].double()  # (2 envs, 3)
+    assert norm.count.item() == 2
+    assert torch.allclose(norm.mean, first.mean(0))
+    assert torch.allclose(norm.var, first.var(0, unbiased=False))
+    noise = torch.from_numpy(rollout_noise(policy, 8, 2, 5))
     with torch.no_grad():
-        lp, _, v, _ = policy.evaluate(obs, buf.actions.reshape(-1, 1))
-        assert torch.allclose(lp, buf.logprobs.flatten(), atol=1e-5)
-        assert torch.allclose(v, buf.values.flatten(), atol=1e-5)
-        # What was acted with (empty statistics) differs: the rollout was evaluated again.
-        assert not torch.allclose(raw.value(obs), v, atol=1e-3)
-    # Merged once: the merge after the update adds nothing for this rollout.
-    col.merge_obs_statistics()
+        for t in range(8):  # the behaviour policy: this normalizer, these weights
+            action, logprob, value = policy.act(buf.obs[t], noise[t].to(torch.float32))
+            assert torch.allclose(action, buf.actions[t], atol=1e-5)
+            assert torch.allclose(logprob, buf.logprobs[t], atol=1e-5)
+            assert torch.allclose(value, buf.values[t], atol=1e-5)
+    col.merge_obs_statistics()  # after the update: the other 14 observations
+    obs = buf.obs.reshape(-1, 3).double()
     assert norm.count.item() == 16
-    col.collect()  # later rollouts are merged after their update
+    assert torch.allclose(norm.mean, obs.mean(0))
+    assert torch.allclose(norm.var, obs.var(0, unbiased=False))
+    col.merge_obs_statistics()  # once
+    assert norm.count.item() == 16
+    col.collect()
     assert norm.count.item() == 16
     col.merge_obs_statistics()
     envs.close()
@@ -160,13 +165,13 @@ def test_the_first_rollout_is_normalized_with_its_own_statistics(inference, shar
 
 
 @pytest.mark.parametrize("share", [True, False])
-def test_the_first_rollouts_truncations_bootstrap_with_the_normalized_critic(share):
+def test_the_first_rollouts_truncations_bootstrap_with_the_critic_that_acted(share):
     cfg = counting_config(max_episode_steps=3, normalize_obs=True, clip_obs=10.0)
     cfg = with_values(cfg, model__share_backbone=share)
     envs, policy, buf, col = build(cfg)
     col.collect()
     envs.close()
-    assert policy.obs_normalizer.count.item() == 14
+    assert policy.obs_normalizer.count.item() == 2  # primed with the two envs' first observations
     with torch.no_grad():
         final = policy.value(torch.tensor([[3.0, 1.0]])).item()  # V(final_obs = [3, 1])
         assert buf.next_values[2, 0].item() == pytest.approx(final, abs=1e-6)

@@ -138,7 +138,9 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path, monkeypatch):
     assert load_checkpoint(tmp_path)["global_step"] == 32
 
 
-def test_normalizer_merges_each_rollout_after_its_update_the_first_before_it(tmp_path):
+def test_normalizer_starts_from_the_first_observations_and_merges_each_rollout_after_its_update(
+    tmp_path,
+):
     cfg = tiny_config("Pendulum-v1", trainer={"total_steps": 64})
     trainer = Trainer(cfg, tmp_path)
     seen = []
@@ -151,10 +153,10 @@ def test_normalizer_merges_each_rollout_after_its_update_the_first_before_it(tmp
     trainer.updater.update = spy
     trainer.train()
     norm = trainer.policy.obs_normalizer
-    # The first update already normalizes with the first rollout's statistics (they start
-    # empty); later updates see the statistics their rollout was collected with, and each
-    # rollout is merged once.
-    assert seen == [32.0, 32.0]
+    # Every update sees the statistics its rollout was collected with: the first rollout's are
+    # the envs' first observations (they start empty); each rollout is merged once after its
+    # update (the first one's first observations not again).
+    assert seen == [float(trainer.envs.num_envs), 32.0]
     assert norm.count.item() == 64
     obs = trainer.buffer.obs.reshape(-1, 3).double()
     assert not torch.allclose(norm.mean, obs.mean(0))  # both rollouts, not the last one only
