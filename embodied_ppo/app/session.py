@@ -14,9 +14,10 @@ from embodied_ppo.config.building import from_dict
 from embodied_ppo.config.loading import apply_overrides, load_config
 from embodied_ppo.config.schema import Config, with_values
 from embodied_ppo.core.errors import ConfigError, UserError
+from embodied_ppo.core.system import elastic_restart
 from embodied_ppo.core.types import ConfigDict
 from embodied_ppo.io.lock import RunLock
-from embodied_ppo.io.run_dir import create_run_dir, open_resume, run_dir_of_target
+from embodied_ppo.io.run_dir import create_run_dir, default_run_dir, open_resume, run_dir_of_target
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.preflight import check_run
 from embodied_ppo.runner.trainer import Trainer
@@ -49,6 +50,17 @@ def _config(
     if run_dir is not None:
         cfg = with_values(cfg, trainer__run_dir=str(run_dir))
     return cfg, name
+
+
+def _restarted_run(
+    config: str | Path | ConfigDict | Config, overrides: list[str], run_dir: str | Path | None
+) -> Path | None:
+    """The run directory that processes restarted by torchrun's elastic agent continue (the one
+    their first start created), or None where that start made none."""
+    cfg, name = _config(config, overrides, run_dir)
+    t = cfg.trainer
+    target = Path(t.run_dir) if t.run_dir else default_run_dir(name, t.seed)
+    return target if (target / "config.yaml").is_file() else None
 
 
 def _new_run(cfg: Config, name: str) -> tuple[Config, Path, bool]:
@@ -97,6 +109,14 @@ def _session(
     """A run ready to train (its Trainer), with its directory locked; or, for a resumed run
     that has already reached trainer.total_steps, its TrainResult."""
     overrides = list(overrides or [])
+    if resume is None and config is not None and elastic_restart():
+        restarted = _restarted_run(config, overrides, run_dir)
+        if restarted is not None:
+            say(
+                f"torchrun restarted the run's processes (restart {elastic_restart()}): "
+                f"resuming {restarted} from its latest checkpoint"
+            )
+            resume, overrides, use_intact = restarted, [], True
     if resume is not None:
         target = Path(resume)
         run = run_dir_of_target(target)

@@ -22,3 +22,17 @@ def default_threads() -> int:
     (torchrun sets 1 per process), else every usable core."""
     value = os.environ.get("OMP_NUM_THREADS", "")
     return int(value) if value.isdigit() and int(value) >= 1 else usable_cores()
+
+
+def elastic_restart() -> int:
+    """How many times torchrun's elastic agent has restarted this process's group (0: the
+    first start, or not under torchrun)."""
+    value = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return int(value) if value.isdigit() else 0
+
+
+def elastic_run_id() -> str | None:
+    """The id of the torchrun job this process belongs to, the same on every restart (None
+    outside torchrun or where the job has none)."""
+    value = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return None if value in ("", "none") else value

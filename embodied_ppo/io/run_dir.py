@@ -11,6 +11,7 @@ from embodied_ppo.config.loading import apply_overrides, dump_yaml, load_yaml
 from embodied_ppo.config.resume import _learning_keys, check_resume_overrides
 from embodied_ppo.config.schema import Config, with_values
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
+from embodied_ppo.core.system import elastic_run_id
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.io.checkpoint import (
     checkpoints_dir,
@@ -23,8 +24,11 @@ from embodied_ppo.io.files import atomic_write_bytes
 
 # ------------------------------------------------------------------------------ run directories
 def default_run_dir(name: str, seed: int) -> Path:
-    """runs/<name>-seed<seed>-<date>-<time>."""
-    return Path("runs") / f"{name}-seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """runs/<name>-seed<seed>-<date>-<time>; under a torchrun job with an id,
+    runs/<name>-seed<seed>-<job id>, the same when torchrun restarts the job's processes."""
+    job = elastic_run_id()
+    stamp = job if job is not None else time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{name}-seed{seed}-{stamp}"
 
 
 def create_run_dir(cfg: Config, name: str) -> tuple[Config, Path, bool]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -268,3 +269,99 @@ def test_the_torchrun_launcher_stops_like_one_process(tmp_path, signum, to_group
     assert f"stopped at step {step:,}" in err
     assert "continue with `embodied-ppo torchrun --nproc_per_node=2 --master_port=" in err
     assert f"train --resume {run}`" in err
+
+
+def rank_pids(marker: str, rank: int, restart: int) -> list[int]:
+    """Processes of rank `rank` of the job whose command line holds `marker`, as the elastic
+    agent started them the `restart`-th time."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            environ = (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, ValueError):
+            continue
+        if (marker in cmdline and f"RANK={rank}" in environ
+                and f"TORCHELASTIC_RESTART_COUNT={restart}" in environ):  # fmt: skip
+            found.append(int(proc.name))
+    return found
+
+
+ELASTIC = [*BASE[:-2], "trainer.total_steps=640", "trainer.compile=false", "env.num_envs=2",
+           "algorithm.minibatch_size=16", "optim.schedule=constant"]  # fmt: skip
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_it_had_not_been(tmp_path):
+    """torchrun --max-restarts restarts the processes when one dies; they find the run their
+    first start created and resume it from its latest checkpoint by themselves, and the final
+    weights are those of an uninterrupted run (CPU)."""
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    train = ["-m", "embodied_ppo", "train", "configs/pendulum.yaml", *ELASTIC]
+    done = torchrun(2, *train, f"trainer.run_dir={straight}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    at = random.Random().randint(2, 7)  # any iteration: the outcome must not depend on it
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           "--max-restarts=1", f"--master_port={free_port()}", *train,
+           f"trainer.run_dir={killed}"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        metrics = killed / "metrics.jsonl"
+        deadline = time.time() + 240
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= at):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.02)
+        victims = rank_pids(str(killed), rank=1, restart=0)
+        assert len(victims) == 1, victims
+        os.kill(victims[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (at, err[-3000:])
+    assert "torchrun restarted the run's processes (restart 1): resuming" in out, (at, out)
+    a, b = load_checkpoint(straight), load_checkpoint(killed)
+    assert a["global_step"] == b["global_step"] == 640
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), (at, k)
+
+
+def test_two_machines_update_like_one_process_with_all_envs(tmp_path):
+    """Two torchrun "machines" on this host (c10d rendezvous on localhost, one process each,
+    as docs/scaling.md's commands start them on two hosts) learn as one process with their
+    envs together, with several minibatches per epoch."""
+    out = tmp_path / "nodes"
+    out.mkdir()
+    args = [str(WORKER), str(ROOT / "configs" / "pendulum.yaml"), str(out), *BASE,
+            "env.num_envs=2", "algorithm.minibatch_size=16", f"trainer.run_dir={out / 'run'}"]  # fmt: skip
+    port = free_port()
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                "--nproc_per_node=1",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=localhost:{port}",
+                "--rdzv-id=two-nodes",
+                *args,
+            ],
+            cwd=ROOT,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for _ in range(2)
+    ]
+    for node in nodes:
+        _, err = node.communicate(timeout=300)
+        assert node.returncode == 0, err[-3000:]
+    two = [torch.load(out / f"rank{r}.pt") for r in range(2)]
+    one = run_worker(tmp_path, "one", 1, 4, minibatch=16)
+    for k, v in two[0].items():
+        assert torch.equal(v, two[1][k]), k
+    assert_close(two[0], one[0], atol=1e-5)
