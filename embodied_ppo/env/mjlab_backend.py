@@ -105,8 +105,7 @@ class MjlabVecEnv:
             obs, reward, terminated, truncated, _ = self.env.step(action)
         except Exception as exc:
             raise TrainingError(
-                f"environment step failed ({type(exc).__name__}: {first_line(exc)}) "
-                f"{self._where()}"
+                f"environment step failed ({type(exc).__name__}: {first_line(exc)}) {self._where()}"
             ) from exc
         self.steps += 1
         obs = self._obs(obs)

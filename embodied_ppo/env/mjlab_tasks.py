@@ -43,9 +43,10 @@ def import_mjlab() -> ModuleType:
         # In the function: mjlab is an optional dependency, and importing it loads MuJoCo Warp.
         import warp
 
-        warp.config.quiet = True  # no line per compiled kernel module
         registry = importlib.import_module("mjlab.tasks.registry")
         importlib.import_module("mjlab.tasks")
+        # After mjlab's import, which makes Warp print a line per kernel module it loads.
+        warp.config.quiet = True
     except ImportError as exc:
         if (exc.name or "").split(".")[0] in ("mjlab", "warp", "mujoco_warp"):
             raise ConfigError(INSTALL_HINT) from None
@@ -191,6 +192,14 @@ def per_env_bytes(env: Any) -> int:
     return max(1, total // max(1, env.num_envs))
 
 
+def probe_device(name: str) -> torch.device:
+    """The device a config's trainer.device names, for building the probe env of the checks
+    (the CPU where CUDA is not available: the device check itself comes later)."""
+    if name == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda" if name == "auto" else name)
+
+
 def free_memory(device: torch.device) -> int:
     """Free bytes on `device` (a CUDA device's free memory; on the CPU, the available RAM)."""
     if device.type == "cuda":
@@ -233,4 +242,3 @@ def memory_error(cfg: EnvConfig, device: torch.device, exc: BaseException) -> Co
         f"env.num_envs: {cfg.num_envs:,} envs of {cfg.id} do not fit in {device} memory "
         f"({first_line(exc, 120)}); use fewer"
     )
-
