@@ -29,8 +29,14 @@ INTEGRATION_FIELDS = (
     "mocap_pos", "mocap_quat", "eq_active",
 )  # fmt: skip
 
-# Attributes of the env that are not state (the simulation is captured through its arrays).
-_SKIP = frozenset({"sim", "cfg", "_offline_renderer", "manager_visualizers", "metadata"})
+# Attributes of the env that are not state: the simulation (captured through its arrays), its
+# config and viewers, and what a step or reset hands back (recomputed by the next one).
+_SKIP = frozenset(
+    {
+        "sim", "cfg", "_offline_renderer", "manager_visualizers", "metadata", "extras",
+        "obs_buf", "reset_buf", "reset_terminated", "reset_time_outs", "reward_buf",
+    }
+)  # fmt: skip
 
 # Plain values a walk keeps (counters and timers); containers are walked into.
 _PLAIN = (bool, int, float)

@@ -10,6 +10,11 @@ the run's first rollout is evaluated again once the normalizers have seen it.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
 import torch
 
 from embodied_ppo.algo.reward_scaling import RewardScaler
@@ -80,8 +85,13 @@ class DeviceCollector:
         self, state: CheckpointState | None, fresh_seeds: list[int], steps: int
     ) -> str | None:
         """Put the envs back where `state()` left them; returns why that failed, or None (then
-        the envs start fresh episodes from `fresh_seeds`, see `Collector.restore`)."""
-        self.start(fresh_seeds)
+        the envs start fresh episodes from `fresh_seeds`, see `Collector.restore`).
+
+        A device env may seed the global generators when it resets (mjlab does): they are kept
+        as the checkpoint restored them, since the env draws from them as it steps on.
+        """
+        with torch.random.fork_rng(devices=_cuda_devices(self.device)), _numpy_rng_kept():
+            self.start(fresh_seeds)
         saved = None if state is None else state.get("envs")
         obs = None if state is None else state.get("obs")
         if saved is None or obs is None:
@@ -222,6 +232,22 @@ class DeviceCollector:
     def _merge(self, obs: DeviceObs) -> None:
         self.policy.update_obs_statistics(obs, self.settings.reduce)
         self.merged = True
+
+
+def _cuda_devices(device: torch.device) -> list[int]:
+    """The CUDA devices whose generators `fork_rng` keeps (the training device's)."""
+    return [device.index or 0] if device.type == "cuda" else []
+
+
+@contextmanager
+def _numpy_rng_kept() -> Iterator[None]:
+    """Python's and numpy's global generators as they were before, whatever runs inside."""
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
 
 
 def _rows(obs: DeviceObs, rows: torch.Tensor | slice) -> DeviceObs:
