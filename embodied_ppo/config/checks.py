@@ -50,6 +50,8 @@ def check_config(cfg: Config, world: int | None = None) -> Config:
         e.max_episode_steps is None or e.max_episode_steps >= 1,
         f"env.max_episode_steps: got {e.max_episode_steps}, expected null or an integer >= 1",
     )
+    if e.backend == "mjlab":
+        _check_mjlab(cfg)
     for name in ("clip_obs", "clip_reward"):
         value = getattr(e, name)
         _check(
@@ -343,6 +345,37 @@ def _check_recurrent(cfg: Config, world: int) -> None:
             f"algorithm.{key}: got {getattr(a, key)!r}, which a recurrent policy does not "
             f"support ({reason}); use the default, or model.recurrent: null",
         )
+
+
+def _check_mjlab(cfg: Config) -> None:
+    """What the mjlab backend supports: one batched env on the training device, acting in
+    torch, stepping continuing rollouts (no wrappers, no critic-free estimators, no recurrence)."""
+    e, m, a, t = cfg.env, cfg.model, cfg.algorithm, cfg.trainer
+    _check(
+        not e.wrappers,
+        f"env.wrappers: got {len(e.wrappers)} wrapper(s) with backend 'mjlab'; mjlab tasks are "
+        "configured through env.kwargs (fields of the task's env config), not Gymnasium wrappers",
+    )
+    _check(
+        a.adv_type == "gae",
+        f"algorithm.adv_type: got {a.adv_type!r} with backend 'mjlab'; mjlab tasks run "
+        "continuing rollouts, use gae",
+    )
+    _check(
+        m.recurrent is None,
+        f"model.recurrent: got {m.recurrent!r} with backend 'mjlab', which trains feed-forward "
+        "policies; use null",
+    )
+    _check(
+        t.inference != "host",
+        "trainer.inference: got 'host' with backend 'mjlab', whose observations stay on the "
+        "training device; use auto or device",
+    )
+    _check(
+        m.actor_obs_keys is not None,
+        "model.actor_obs_keys: required with backend 'mjlab': the observation groups the actor "
+        "reads (and a deployed policy takes), e.g. [actor]",
+    )
 
 
 def _divisors_hint(n: int) -> str:

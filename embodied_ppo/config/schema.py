@@ -30,15 +30,24 @@ class WrapperConfig:
 class EnvConfig:
     """The `env:` block."""
 
-    id: str | None = _key(None, "Gymnasium id (required), or `module:EnvId` to import its module")
+    id: str | None = _key(
+        None,
+        "Gymnasium id (required), or `module:EnvId` to import its module; backend mjlab: an "
+        "mjlab task id",
+    )
     num_envs: int = _key(8, "environments stepped together, per process (see `num_envs_scope`)")
-    backend: Literal["sync", "async", "envpool"] = _key(
+    backend: Literal["sync", "async", "envpool", "mjlab"] = _key(
         "sync",
-        "sync: stepped in this process; async: one subprocess per env; envpool: its C++ threads",
+        "sync: stepped in this process; async: one subprocess per env; envpool: its C++ threads; "
+        "mjlab: mjlab's MuJoCo Warp tasks, batched on the training device",
     )
     processes: int = _key(1, "sync backend: processes stepping the envs, this one included")
     threads: int = _key(1, "sync backend: threads stepping each process's envs")
-    kwargs: dict = _key(dict, "keyword arguments of `gymnasium.make` (the task's own options)")
+    kwargs: dict = _key(
+        dict,
+        "keyword arguments of `gymnasium.make` (the task's own options); backend mjlab: fields "
+        "of the task's env config",
+    )
     imports: list[str] = _key(list, "modules imported before any env is made, in every process")
     wrappers: list[WrapperConfig] = _key(
         list, "Gymnasium wrappers around each env, in order (the first is innermost)"

@@ -9,6 +9,7 @@ import warnings
 import gymnasium as gym
 
 from embodied_ppo.config.schema import EnvConfig
+from embodied_ppo.env.mjlab_single import MjlabSingleEnv
 from embodied_ppo.io.render import configure_headless_gl
 
 
@@ -16,6 +17,8 @@ def episode_limit(cfg: EnvConfig) -> int | None:
     """The time limit episodes of this env config run under (None: no limit)."""
     if cfg.max_episode_steps is not None:
         return cfg.max_episode_steps
+    if cfg.backend == "mjlab":
+        return None  # mjlab tasks keep their limit in their own config (episode_length_s)
     return gym.spec(cfg.id).max_episode_steps
 
 
@@ -72,12 +75,15 @@ def resolve_wrapper(name: str) -> type[gym.Wrapper]:
 
 def make_one(cfg: EnvConfig, render_mode: str | None = None, wrap: bool = True) -> gym.Env:
     """One environment of `cfg`: gymnasium.make with env.kwargs and the time limit, then
-    (with `wrap`) env.wrappers in order (`cfg` already validated: see validate.check_env)."""
+    (with `wrap`) env.wrappers in order (`cfg` already validated: see validate.check_env); with
+    backend mjlab, one env of the mjlab task as a Gymnasium env."""
     _route_mujoco_warnings()
-    import_env_modules(cfg)
     kwargs = dict(cfg.kwargs)
     if render_mode is not None or kwargs.get("render_mode") is not None:
         configure_headless_gl()  # before the env (or Gymnasium's renderer) makes a GL context
+    if cfg.backend == "mjlab":
+        return MjlabSingleEnv(cfg, render_mode)
+    import_env_modules(cfg)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if render_mode is not None:

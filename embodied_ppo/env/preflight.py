@@ -12,6 +12,7 @@ import gymnasium as gym
 from embodied_ppo.config.schema import CRITIC_FREE, Config, EnvConfig
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.text import first_line
+from embodied_ppo.env import mjlab_tasks
 from embodied_ppo.env.envpool_plan import plan
 from embodied_ppo.env.make import OWN_TASKS, episode_limit, make_one, resolve_wrapper
 from embodied_ppo.env.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
@@ -39,6 +40,14 @@ def check_env_id(env_id: str, imports: list[str] | None = None) -> None:
         )
     where = f" (after importing {module!r})" if module else ""
     raise ConfigError(f"env.id: unknown environment {name!r}{where}{hint}")
+
+
+def check_id(cfg: EnvConfig) -> None:
+    """A ConfigError for an env id the backend of `cfg` does not know (closest ids named)."""
+    if cfg.backend == "mjlab":
+        mjlab_tasks.check_task_id(cfg)
+    else:
+        check_env_id(cfg.id, cfg.imports)
 
 
 def _import(module: str, key: str) -> None:
@@ -150,8 +159,23 @@ def _supported(exc: UnsupportedSpace) -> str:
     return "supported: flat Box (Gaussian head) or Discrete (categorical head)"
 
 
+def _spaces_for_mjlab(cfg: Config) -> SpaceInfo:
+    """Build one env of the mjlab task on the training device: its spaces, and whether
+    env.num_envs of them fit in the device's memory."""
+    device = mjlab_tasks.probe_device(cfg.trainer.device)
+    env = mjlab_tasks.build(mjlab_tasks.task_config(cfg.env, 1, 0), device)
+    try:
+        info = mjlab_tasks.space_info(env, str(cfg.env.id))
+        mjlab_tasks.check_memory(cfg.env, mjlab_tasks.per_env_bytes(env), device)
+    finally:
+        env.close()
+    return info
+
+
 def check_env(cfg: Config) -> SpaceInfo:
     """Everything about `cfg` that needs the environment (one is built); returns its SpaceInfo."""
+    if cfg.env.backend == "mjlab":
+        return _spaces_for_mjlab(cfg)
     if cfg.env.backend == "envpool":
         info = plan(cfg.env, _spaces_for_envpool).info
     else:

@@ -17,6 +17,7 @@ from embodied_ppo.core.errors import CheckpointError
 from embodied_ppo.core.system import usable_cores
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState, Reduce
+from embodied_ppo.env.device_protocol import DeviceVecEnv
 from embodied_ppo.env.protocol import VecEnv
 from embodied_ppo.env.spaces import SpaceInfo
 from embodied_ppo.io.checkpoint import load_checkpoint
@@ -26,6 +27,7 @@ from embodied_ppo.model.spec import DictObsSpec, ObsKeySpec, PolicySpec, Recurre
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.collector import Collector, CollectorSettings
+from embodied_ppo.runner.device_collector import DeviceCollector
 from embodied_ppo.runner.preflight import inference_path
 
 
@@ -173,7 +175,7 @@ def make_reference(
 
 def make_collector(
     cfg: Config,
-    envs: VecEnv,
+    envs: VecEnv | DeviceVecEnv,
     policy: ActorCritic,
     buffer: RolloutBuffer,
     reward_scaler: RewardScaler,
@@ -182,12 +184,15 @@ def make_collector(
     world: int,
     reduce: Reduce | None,
     notes: TextIO | None,
-) -> Collector:
-    """The collector of one process's envs."""
+) -> Collector | DeviceCollector:
+    """The collector of one process's envs (a device env's keeps the rollout on the device)."""
     a, e = cfg.algorithm, cfg.env
+    on_device = getattr(envs, "on_device", False)
     settings = CollectorSettings(
         device=device,
-        inference=inference_path(cfg.trainer.inference, policy, e.num_envs),
+        inference="device"
+        if on_device
+        else inference_path(cfg.trainer.inference, policy, e.num_envs),
         micro_batch=a.rollout_micro_batch_size,
         forward_micro_batch=a.logprob_forward_micro_batch_size,
         env_offset=env_offset,
@@ -196,6 +201,8 @@ def make_collector(
         keep_bootstrap_obs=a.recompute_advantages,
         notes=notes,
     )
+    if on_device:
+        return DeviceCollector(envs, policy, buffer, reward_scaler, settings)
     return Collector(envs, policy, buffer, reward_scaler, settings)
 
 

@@ -15,7 +15,7 @@ from embodied_ppo.core.errors import ConfigError, RenderError
 from embodied_ppo.core.obs import map_obs
 from embodied_ppo.core.text import first_line
 from embodied_ppo.env.make import make_one
-from embodied_ppo.env.preflight import check_env_id
+from embodied_ppo.env.preflight import check_id
 from embodied_ppo.env.protocol import episode_log
 from embodied_ppo.env.seeding import env_seeds
 from embodied_ppo.env.spaces import Obs, describe_spaces, obs_cast
@@ -111,7 +111,7 @@ class EpisodeRunner:
         self.env_cfg = env_cfg
         self.render = render
         self.gl: GLChoice | None = configure_headless_gl() if render else None
-        check_env_id(env_cfg.id, env_cfg.imports)
+        check_id(env_cfg)
         try:
             self.env = make_one(env_cfg, render_mode="rgb_array" if render else None)
         except Exception as exc:

@@ -63,6 +63,15 @@ def _check_obs_keys(cfg: Config, info: SpaceInfo) -> None:
                 )
     actor = m.actor_obs_keys or keys
     critic = m.critic_obs_keys or actor
+    if cfg.env.backend == "mjlab":
+        for group in keys:
+            if group not in actor and group not in critic:
+                raise ConfigError(
+                    f"model.critic_obs_keys: {cfg.env.id}'s observation group {group!r} is read "
+                    f"by neither the actor (model.actor_obs_keys {list(actor)}) nor the critic "
+                    f"(model.critic_obs_keys {m.critic_obs_keys}); add it to one, e.g. "
+                    f"model.critic_obs_keys=[{group}]"
+                )
     if m.share_backbone and sorted(critic) != sorted(actor):
         raise ConfigError(
             f"model.critic_obs_keys: got {m.critic_obs_keys} with model.share_backbone true; a "

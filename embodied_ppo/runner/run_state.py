@@ -33,6 +33,7 @@ from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.spec import PolicySpec
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.collector import Collector
+from embodied_ppo.runner.device_collector import DeviceCollector
 
 
 class RunState:
@@ -50,7 +51,7 @@ class RunState:
     shuffle: torch.Generator
     reference: ActorCritic | None
     in_reward_kl: InRewardKL | None
-    collector: Collector
+    collector: Collector | DeviceCollector
     global_step: int
     iteration: int
     recent_returns: deque[float]

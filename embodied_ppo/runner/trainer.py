@@ -115,7 +115,7 @@ class Trainer(RunState):
         # This process steps global envs offset .. offset + N - 1 (env k is the same env whatever
         # the number of processes).
         self.env_offset = self.rank * e.num_envs
-        self.envs = make_env(e, t.seed, self.env_offset)
+        self.envs = make_env(e, t.seed, self.env_offset, self.device)
         if t.compile and self.device.type == "cpu":
             probe_cpu_compiler()  # after the env workers are forked: it runs a thread
         check_policy(cfg, self.envs.info)

@@ -1,0 +1,69 @@
+"""What a vector env that lives on the training device gives the collector: torch tensors in
+and out, no copy to the host per step (the mjlab backend is one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from embodied_ppo.core.types import CheckpointState
+from embodied_ppo.env.spaces import SpaceInfo
+
+# An observation batch on the device: one tensor per key of a Dict observation (N, D).
+DeviceObs = dict[str, torch.Tensor]
+
+
+@dataclass
+class DeviceStep:
+    """One vector step, as tensors of leading size N on the env's device."""
+
+    obs: DeviceObs  # already reset where an episode ended
+    reward: torch.Tensor  # (N,) float32, raw
+    terminated: torch.Tensor  # (N,) bool
+    truncated: torch.Tensor  # (N,) bool
+    final_obs: DeviceObs  # rows valid where terminated | truncated
+    # the raw return and length of the episode that ended at this step (valid where it ended)
+    episode_return: torch.Tensor  # (N,) float32
+    episode_length: torch.Tensor  # (N,) int64
+    ended: int = 0  # how many episodes ended at this step (known on the host)
+    # the env's own scalars of the episodes that ended, each the mean over them (0-d tensors)
+    log: dict[str, torch.Tensor] = field(default_factory=dict)
+    # False where an observation or reward of this step is not finite (a 0-d bool tensor,
+    # read once per rollout rather than per step)
+    finite: torch.Tensor | None = None
+
+
+class DeviceVecEnv(Protocol):
+    """A batched env on `device` with the semantics of VecEnv (same-step autoreset, final
+    observations, episode statistics, state capture) in tensors."""
+
+    num_envs: int
+    info: SpaceInfo
+    device: torch.device
+    on_device: bool  # always True: tells the runner to collect with tensors
+
+    def reset(self, seeds: list[int] | None = None) -> DeviceObs:
+        """Reset every env (default: the run's seed); returns observations (N, ...)."""
+        ...
+
+    def step(self, action: torch.Tensor) -> DeviceStep:
+        """Step with `action` (N, A) on the device."""
+        ...
+
+    def get_state(self) -> CheckpointState:
+        """Checkpoint-safe state: the envs mid-episode (or why not), episode statistics, steps."""
+        ...
+
+    def set_state(self, state: CheckpointState) -> str | None:
+        """Restore `get_state()`; returns why the envs could not be restored, or None."""
+        ...
+
+    def set_steps(self, steps: int) -> None:
+        """The vector steps taken so far in the run (they number the steps in error messages)."""
+        ...
+
+    def close(self) -> None:
+        """Close the env."""
+        ...
