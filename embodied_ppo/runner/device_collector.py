@@ -5,7 +5,7 @@ statistics and the finiteness check are read once per rollout.
 
 The semantics are `Collector`'s (docs/design.md, rules 1 and 2): a truncated episode is
 bootstrapped with V(final_obs), a terminated one with 0; the policy is fixed during a rollout;
-the run's first rollout is evaluated again once the normalizers have seen it.
+before the run's first rollout the normalizers take the observations every env starts from.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.env.device_protocol import DeviceObs, DeviceStep, DeviceVecEnv
 from embodied_ppo.model.actor_critic import ActorCritic
-from embodied_ppo.runner.acting import VALUE_BATCH_ROWS
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.collector import CollectorSettings, RolloutStats
 
@@ -66,6 +65,7 @@ class DeviceCollector:
         self.micro_batch = settings.micro_batch or envs.num_envs
         self.obs: DeviceObs | None = None  # (N, ...): what the policy acts on next
         self.merged = False  # the last rollout's observations are in the normalizers
+        self.primed = False  # the normalizers took the first rollout's first observations
         T, N = buffer.num_steps, envs.num_envs
         # The raw return and length of the episode that ended at each step (where one did).
         self.episode_returns = torch.zeros(T, N, device=self.device)
@@ -120,8 +120,10 @@ class DeviceCollector:
         T, N = buf.num_steps, self.envs.num_envs
         seed = noise_seed if noise_seed is not None else int(torch.randint(2**62, ()).item())
         noise = device_noise(policy, T, N, seed, self.device, s.env_offset, s.total_envs)
-        first = policy.needs_obs_statistics()
-        keep_finals = first or s.keep_bootstrap_obs
+        if policy.needs_obs_statistics():
+            self._merge(self.obs)
+            self.primed = True
+        keep_finals = s.keep_bootstrap_obs
         finals: list[Final] = []
         logs: dict[str, list[tuple[torch.Tensor, int]]] = {}
         finite = torch.ones((), dtype=torch.bool, device=self.device)
@@ -145,9 +147,6 @@ class DeviceCollector:
             raise TrainingError(
                 "the environment returned a non-finite observation or reward during this rollout"
             )
-        if first:
-            self._merge(buf.flat("obs")["obs"])
-            self._reevaluate(finals)
         buf.finalize_next_values(self._values(obs))
         if s.keep_bootstrap_obs:
             buf.keep_bootstrap_obs(
@@ -192,21 +191,6 @@ class DeviceCollector:
             if keep_finals:
                 finals.append((t, cut, {k: v.clone() for k, v in res.final_obs.items()}))
 
-    def _reevaluate(self, finals: list[Final]) -> None:
-        """The first rollout's log-probs, values and bootstrap values again, under the policy
-        whose normalizers have now seen it (see runner.first_rollout)."""
-        buf, policy = self.buffer, self.policy
-        flat = buf.flat("obs", "actions", "logprobs", "values")
-        obs, actions = flat["obs"], flat["actions"]
-        chunk = min(self.settings.forward_micro_batch or VALUE_BATCH_ROWS, VALUE_BATCH_ROWS)
-        for i in range(0, buf.size, chunk):
-            rows = slice(i, i + chunk)
-            logprob, _, value, _ = policy.evaluate(_rows(obs, rows), actions[rows])
-            flat["logprobs"][rows] = logprob
-            flat["values"][rows] = value
-        for t, cut, final in finals:
-            buf.final_values[t] = torch.where(cut, self._values(final), 0.0)
-
     def _stats(self, steps: int, logs: dict[str, list[tuple[torch.Tensor, int]]]) -> RolloutStats:
         """The rollout's finished episodes, read from the device once."""
         ends = self.buffer.ends.bool()
@@ -224,10 +208,15 @@ class DeviceCollector:
 
     # ------------------------------------------------------------------ observation statistics
     def merge_obs_statistics(self) -> None:
-        """Merge the last rollout's observations into the normalizers (after the update),
-        unless `collect` already did (the run's first rollout)."""
-        if not self.merged:
-            self._merge(self.buffer.flat("obs")["obs"])
+        """Merge the last rollout's observations into the normalizers (after the update), once;
+        the first rollout's first observations are in already (`collect` primed them)."""
+        if self.merged:
+            return
+        obs = self.buffer.flat("obs")["obs"]
+        if self.primed:
+            obs = {k: v[self.envs.num_envs :] for k, v in obs.items()}
+            self.primed = False
+        self._merge(obs)
 
     def _merge(self, obs: DeviceObs) -> None:
         self.policy.update_obs_statistics(obs, self.settings.reduce)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -28,6 +29,7 @@ BASE = [
     "trainer.total_steps=256",
     "trainer.device=cpu",
     "trainer.checkpoint_interval=1",
+    "trainer.compile=false",  # the compiled update: the four-minibatch case turns it on
 ]
 
 
@@ -86,52 +88,67 @@ def run_worker(
     return [torch.load(out / f"rank{r}.pt") for r in range(nproc)]
 
 
-def assert_close(a: dict, b: dict, atol: float) -> None:
+def assert_close(a: dict, b: dict, atol: float, what: str = "") -> None:
     for k, v in a.items():
         assert torch.allclose(v.double(), b[k].double(), atol=atol), (
+            what,
             k,
             (v.double() - b[k].double()).abs().max(),
         )
 
 
-@pytest.mark.parametrize(
-    "minibatch, extra",
-    [
-        (64, []),
-        (64, ["algorithm.recompute_advantages=true"]),
-        # Four minibatches per epoch: each process trains on its share of every minibatch.
-        (16, []),
-        (16, ["algorithm.micro_batch_size=4", "trainer.compile=false"]),
-        # Whole env sequences per minibatch.
-        (32, ["algorithm.loss_agg_func=seq-mean-token-mean", "trainer.compile=false"]),
-        # Recurrent chunks of 8 steps, four minibatches of two chunks.
-        (16, ["model.recurrent=gru", "model.recurrent_size=16", "algorithm.sequence_length=8",
-              "trainer.compile=false"]),
-        # Group advantages over pairs of envs, one episode each (a group never spans two
-        # processes).
-        (16, ["algorithm.adv_type=grpo", "algorithm.group_size=2", "algorithm.loss_type=actor",
-              "env.max_episode_steps=16",
-              "trainer.compile=false"]),
-    ],
-    ids=["one-minibatch", "recompute-advantages", "four-minibatches", "micro-batches",
-         "sequences", "recurrent-chunks", "grpo"],
-)  # fmt: skip
-def test_two_processes_update_like_one_process_with_all_envs(tmp_path, minibatch, extra):
-    # recompute_advantages: each process values its own envs again, and the advantages are
-    # normalized over all processes, as over all envs in one.
-    two = run_worker(tmp_path, "two", 2, 2, *extra, minibatch=minibatch)
-    one = run_worker(tmp_path, "one", 1, 4, *extra, minibatch=minibatch)
-    # Every process holds the same weights ...
-    for k, v in two[0].items():
-        assert torch.equal(v, two[1][k]), k
-    # ... and they are the weights of one process stepping all four envs.
-    assert_close(two[0], one[0], atol=1e-5)
+# Each variant: (name, minibatch_size of all processes, overrides).
+VARIANTS = [
+    ("one-minibatch", 64, []),
+    # The advantages normalized over all processes, the values recomputed per process.
+    ("recompute-advantages", 64, ["algorithm.recompute_advantages=true"]),
+    # Four minibatches per epoch: each process trains on its share of every minibatch.
+    ("four-minibatches", 16, []),
+    ("four-minibatches-compiled", 16, ["trainer.compile=true"]),
+    ("micro-batches", 16, ["algorithm.micro_batch_size=4"]),
+    # Whole env sequences per minibatch.
+    ("sequences", 32, ["algorithm.loss_agg_func=seq-mean-token-mean"]),
+    # Recurrent chunks of 8 steps, four minibatches of two chunks.
+    ("recurrent-chunks", 16,
+     ["model.recurrent=gru", "model.recurrent_size=16", "algorithm.sequence_length=8"]),
+    # Group advantages over pairs of envs, one episode each (a group never spans two
+    # processes).
+    # env.num_envs counting all processes' envs, split evenly.
+    ("envs-split-globally", 16, ["env.num_envs=4", "env.num_envs_scope=global"]),
+    ("grpo", 16, ["algorithm.adv_type=grpo", "algorithm.group_size=2",
+                  "algorithm.loss_type=actor", "env.max_episode_steps=16"]),
+]  # fmt: skip
 
 
-def test_envs_split_globally_give_the_same_run(tmp_path):
-    two = run_worker(tmp_path, "global", 2, 4, "env.num_envs_scope=global", minibatch=16)
-    one = run_worker(tmp_path, "one", 1, 4, minibatch=16)
-    assert_close(two[0], one[0], atol=1e-5)
+def run_variants(tmp: Path, name: str, nproc: int, envs_per_process: int) -> dict[str, list]:
+    """Every variant of VARIANTS trained one after the other in the same `nproc` processes
+    (a run leaves nothing behind for the next: tests/app/test_api.py); their weights by name."""
+    out = tmp / name
+    out.mkdir()
+    spec = tmp / f"{name}.json"
+    spec.write_text(json.dumps(
+        [[v, [f"algorithm.minibatch_size={m}", *extra]] for v, m, extra in VARIANTS]
+    ))  # fmt: skip
+    args = [str(WORKER), "--variants", str(spec), str(ROOT / "configs" / "pendulum.yaml"),
+            str(out), *BASE, f"env.num_envs={envs_per_process}"]  # fmt: skip
+    if nproc == 1:
+        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                              env=env(), timeout=600)  # fmt: skip
+    else:
+        proc = torchrun(nproc, *args, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {v: [torch.load(out / v / f"rank{r}.pt") for r in range(nproc)] for v, *_ in VARIANTS}
+
+
+def test_two_processes_update_like_one_process_with_all_envs(tmp_path):
+    two = run_variants(tmp_path, "two", 2, 2)
+    one = run_variants(tmp_path, "one", 1, 4)
+    for variant, *_ in VARIANTS:
+        # Every process holds the same weights ...
+        for k, v in two[variant][0].items():
+            assert torch.equal(v, two[variant][1][k]), (variant, k)
+        # ... and they are the weights of one process stepping all four envs.
+        assert_close(two[variant][0], one[variant][0], atol=1e-5, what=variant)
 
 
 def test_a_per_process_minibatch_is_the_processes_minibatches_together(tmp_path):
@@ -287,7 +304,7 @@ def rank_pids(marker: str, rank: int, restart: int) -> list[int]:
     return found
 
 
-ELASTIC = [*BASE[:-2], "trainer.total_steps=640", "trainer.compile=false", "env.num_envs=2",
+ELASTIC = [*BASE, "trainer.total_steps=640", "env.num_envs=2",
            "algorithm.minibatch_size=16", "optim.schedule=constant"]  # fmt: skip
 
 
