@@ -382,3 +382,15 @@ def test_two_machines_update_like_one_process_with_all_envs(tmp_path):
     for k, v in two[0].items():
         assert torch.equal(v, two[1][k]), k
     assert_close(two[0], one[0], atol=1e-5)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU per process")
+def test_two_gpus_with_nccl_update_like_one_gpu_with_all_envs(tmp_path):
+    """The same on CUDA with NCCL (one GPU per process; float tolerance, as CUDA kernels may
+    sum in another order)."""
+    cuda = ["trainer.device=cuda", "trainer.dist_backend=nccl"]
+    two = run_worker(tmp_path, "two", 2, 2, *cuda, minibatch=16)
+    one = run_worker(tmp_path, "one", 1, 4, "trainer.device=cuda", minibatch=16)
+    for k, v in two[0].items():
+        assert torch.equal(v, two[1][k]), k
+    assert_close(two[0], one[0], atol=1e-4)
