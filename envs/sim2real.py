@@ -197,7 +197,9 @@ class DomainRandomizer:
             interval = max(1, round(spec.push_interval_s / dt))
             dof = int(model.jnt_dofadr[model.body_jntadr[body]])
             self.pushes = Pushes(interval, spec.push_velocity, dof)
-        self.rngs = {name: stream(None, name) for name in ("model", "actuation", "push")}
+        # One generator per term: turning a term on or off leaves the others' draws alone.
+        names = [t.name for t in self.terms] + ["actuation", "push"]
+        self.rngs = {name: stream(None, name) for name in names}
 
     def seed(self, seed: int | None) -> None:
         """New generators from a reset seed (None: keep drawing from the current ones)."""
@@ -207,7 +209,7 @@ class DomainRandomizer:
     def reset(self) -> None:
         """Draw this episode's values and write them where they act."""
         for term in self.terms:
-            term.draw(self.model, self.rngs["model"])
+            term.draw(self.model, self.rngs[term.name])
         if self.spec.actuation:
             self.actuation.draw(self.rngs["actuation"])
             if self.position_actuators is not None:
