@@ -35,20 +35,24 @@ def _set(kwargs: dict[str, Any], dotted: str, value: Any) -> None:
 def run_episodes(
     policy: Any, env_id: str, kwargs: dict[str, Any], episodes: int, seed: int
 ) -> dict[str, Any]:
-    """Deterministic episodes; the means of their final logs and the per-episode values."""
+    """Deterministic episodes (all at once, one env each, the policy batched over them); the
+    means of their final logs and the per-episode values."""
     import embodied_ppo_envs  # noqa: F401  (registers the ids)
     import gymnasium as gym
 
-    env = gym.make(env_id, **kwargs)
-    logs = []
-    for k in range(episodes):
-        obs, _ = env.reset(seed=seed + k)
-        while True:
-            obs, _, terminated, truncated, info = env.step(policy(obs))
+    envs = [gym.make(env_id, **kwargs) for _ in range(episodes)]
+    obs = [env.reset(seed=seed + k)[0] for k, env in enumerate(envs)]
+    logs: list[dict[str, float] | None] = [None] * episodes
+    while any(log is None for log in logs):
+        live = [k for k in range(episodes) if logs[k] is None]
+        batch = {key: np.stack([obs[k][key] for k in live]) for key in obs[live[0]]}
+        actions = policy(batch)
+        for k, action in zip(live, actions):
+            obs[k], _, terminated, truncated, info = envs[k].step(action)
             if terminated or truncated:
-                break
-        logs.append(info["log"])
-    env.close()
+                logs[k] = info["log"]
+    for env in envs:
+        env.close()
     keys = sorted(logs[0])
     return {
         "means": {k: float(np.mean([log[k] for log in logs])) for k in keys},
