@@ -271,6 +271,8 @@ def evaluate(
     video: str | Path | bool | None = None,
     json_path: str | Path | None = None,
     verbose: bool = False,
+    overrides: Sequence[str] = (),
+    sweeps: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run evaluation episodes of a run directory's (or checkpoint's) policy, as the `eval`
     command does (eval.json written beside it); returns its summary: mean_return, std_return,
@@ -279,6 +281,8 @@ def evaluate(
     Args:
         video: True for the default path (RUN_DIR/videos/...), or an mp4 path.
         verbose: print each episode, as the command does.
+        overrides: `env.kwargs.KEY=VALUE` conditions to evaluate under instead of the run's.
+        sweeps: `env.kwargs.KEY=[v1, v2]`: the episodes again under each value (`sweep`).
     """
     import io
 
@@ -294,6 +298,8 @@ def evaluate(
         video=video_arg,
         json_path=None if json_path is None else str(json_path),
         out=None if verbose else io.StringIO(),
+        overrides=list(overrides),
+        sweeps=list(sweeps),
     )
 
 

@@ -67,12 +67,27 @@ def _add_eval_export_plot(sub: argparse._SubParsersAction) -> None:
         "eval",
         help="run evaluation episodes of a trained policy (optionally filmed)",
         description="Run episodes with a checkpoint's policy, print each return and length and the "
-        "mean +- std, and write them to eval.json in the run directory.",
+        "mean +- std, and write them to eval.json in the run directory. `env.kwargs.KEY=VALUE` "
+        "evaluates under other conditions; `--sweep env.kwargs.KEY=[v1,v2]` repeats the episodes "
+        "under each value.",
     )
     ev.add_argument(
         "checkpoint",
         metavar="RUN_DIR_OR_CHECKPOINT",
         help="a run directory (its latest.pt) or a .pt file",
+    )
+    ev.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="env.kwargs.KEY=VALUE",
+        help="evaluate under other env conditions (env.kwargs.*, env.max_episode_steps)",
+    )
+    ev.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="env.kwargs.KEY=[V1,V2,...]",
+        help="after the episodes, repeat them under each value (repeatable; written to eval.json)",
     )
     ev.add_argument("--episodes", type=int, default=10, help="number of episodes (default 10)")
     mode = ev.add_mutually_exclusive_group()
@@ -167,6 +182,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         device=args.device,
         video=args.video,
         json_path=args.json,
+        overrides=args.overrides,
+        sweeps=args.sweep,
     )
     return 0
 

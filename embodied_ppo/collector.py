@@ -31,6 +31,8 @@ class RolloutStats:
     steps: int = 0  # environment steps taken (N per vector step)
     # info["is_success"] at the end of each finished episode that reported it
     episode_successes: list[float] = field(default_factory=list)
+    # info["log"] at the end of each finished episode that reported one (the env's own scalars)
+    episode_logs: list[dict[str, float]] = field(default_factory=list)
 
 
 class Collector:
@@ -339,11 +341,13 @@ class Collector:
                         finals.append((t, cut, map_obs(np.copy, final)))
                     st["truncated"][t, cut] = True
                 successes = res.episode_successes or [None] * len(res.episode_envs)
-                for env, ret, length, success in zip(
+                logs = res.episode_logs or [None] * len(res.episode_envs)
+                for env, ret, length, success, log in zip(
                     res.episode_envs,
                     res.episode_returns,
                     res.episode_lengths,
                     successes,
+                    logs,
                     strict=True,
                 ):
                     if not done[env]:
@@ -351,6 +355,8 @@ class Collector:
                         stats.episode_lengths.append(length)
                         if success is not None:
                             stats.episode_successes.append(success)
+                        if log is not None:
+                            stats.episode_logs.append(log)
             obs = res.obs
             if recurrent:
                 self.rnn_state = new_state

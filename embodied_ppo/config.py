@@ -393,6 +393,24 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
+def set_dotted(data: dict, parts: list[str], value: Any, text: str | None = None) -> dict:
+    """A copy of the nested dict `data` with the key path `parts` set to `value`."""
+    import copy
+
+    data = copy.deepcopy(data)
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            where = text if text is not None else ".".join(parts)
+            raise ConfigError(f"override {where!r}: {'.'.join(parts[: i + 1])} is not a block")
+        node = child
+    node[parts[-1]] = value
+    return data
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Set each dotted override in a copy of `data` (a nested dict)."""
     import copy
@@ -400,15 +418,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     data = copy.deepcopy(data)
     for text in overrides:
         parts, value = parse_override(text)
-        node = data
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {'.'.join(parts[: i + 1])} is not a block")
-            node = child
-        node[parts[-1]] = value
+        data = set_dotted(data, parts, value, text)
     return data
 
 

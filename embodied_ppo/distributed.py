@@ -180,16 +180,25 @@ def agree(flag: bool) -> bool:
     return bool(sum_scalars(float(flag))[0] > 0)
 
 
-def gather_episodes(stats: Any) -> tuple[list[float], list[int], int, list[float]]:
-    """Every process's finished episodes (returns, lengths), steps and successes, on every
-    process (the fields of a collector.RolloutStats, in order)."""
+def gather_episodes(
+    stats: Any,
+) -> tuple[list[float], list[int], int, list[float], list[dict[str, float]]]:
+    """Every process's finished episodes (returns, lengths), steps, successes and episode
+    logs, on every process (the fields of a collector.RolloutStats, in order)."""
     parts = gather_objects(
-        (stats.episode_returns, stats.episode_lengths, stats.steps, stats.episode_successes)
+        (
+            stats.episode_returns,
+            stats.episode_lengths,
+            stats.steps,
+            stats.episode_successes,
+            stats.episode_logs,
+        )
     )
     returns = [r for p in parts for r in p[0]]
     lengths = [n for p in parts for n in p[1]]
     successes = [x for p in parts for x in p[3]]
-    return returns, lengths, sum(p[2] for p in parts), successes
+    logs = [x for p in parts for x in p[4]]
+    return returns, lengths, sum(p[2] for p in parts), successes, logs
 
 
 def local_view(state: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

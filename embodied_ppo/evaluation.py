@@ -30,7 +30,7 @@ from embodied_ppo.logging import MetricsLogger
 from embodied_ppo.modules.actor_critic import ActorCritic
 from embodied_ppo.obs import map_obs
 from embodied_ppo.render import GLChoice, configure_headless_gl, has_display
-from embodied_ppo.vecenv.base import Obs, describe_spaces, obs_cast
+from embodied_ppo.vecenv.base import Obs, describe_spaces, episode_log, obs_cast
 
 # Evaluation envs draw their seeds from global env indices no training env uses (training envs
 # take indices 0..num_envs-1, times ranks), so evaluation episodes never repeat training ones.
@@ -61,6 +61,8 @@ class EvalResult:
     seeds: list[int] = field(default_factory=list)
     # info["is_success"] at the end of each episode, where the env reports it
     successes: list[float] = field(default_factory=list)
+    # info["log"] at the end of each episode, where the env reports it (the episode's scalars)
+    logs: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def success_rate(self) -> float | None:
@@ -77,6 +79,28 @@ class EvalResult:
     @property
     def mean_length(self) -> float:
         return float(np.mean(self.lengths))
+
+    def log_means(self) -> dict[str, float]:
+        """The mean over episodes of each key of the episodes' `info["log"]`."""
+        keys = dict.fromkeys(k for log in self.logs for k in log)
+        return {k: float(np.mean([log[k] for log in self.logs if k in log])) for k in keys}
+
+    def summary(self) -> dict[str, Any]:
+        """Mean and std of the returns, mean length, success rate and the env's own metrics
+        (`metrics/<name>` of info["log"] under `<name>`; every log key under `log`)."""
+        means = self.log_means()
+        out: dict[str, Any] = {
+            "mean_return": self.mean_return,
+            "std_return": self.std_return,
+            "mean_length": self.mean_length,
+            "success_rate": self.success_rate,
+        }
+        out.update(
+            {k.removeprefix("metrics/"): v for k, v in means.items() if k.startswith("metrics/")}
+        )
+        if means:
+            out["log"] = means
+        return out
 
 
 # ------------------------------------------------------------------------------------ video
@@ -270,6 +294,9 @@ class EpisodeRunner:
             success = float(info["is_success"]) if "is_success" in info else None
             if success is not None:
                 result.successes.append(success)
+            log = episode_log(info.get("log"))
+            if log is not None:
+                result.logs.append(log)
             if on_episode is not None:
                 on_episode(ep, total, length, success)
         return result
@@ -377,6 +404,41 @@ def run_dir_of(checkpoint: Path) -> Path | None:
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
 
 
+# Keys `eval` may change: the conditions the policy is evaluated under, never the policy.
+EVAL_OVERRIDABLE = ("env.kwargs", "env.max_episode_steps")
+
+
+def _eval_key(key: str, flag: str) -> None:
+    if not any(key == k or key.startswith(k + ".") for k in EVAL_OVERRIDABLE):
+        raise UserError(
+            f"{flag}{key}: eval can change only {' and '.join(k + '.*' if k == 'env.kwargs' else k for k in EVAL_OVERRIDABLE)} "
+            "(the conditions of the episodes, not the policy)"
+        )
+
+
+def eval_configs(
+    saved: dict[str, Any], overrides: list[str], sweeps: list[str]
+) -> tuple[Config, list[tuple[str, Any, Config]]]:
+    """The config the episodes run under (the run's, with `overrides`), and for each value of
+    each `--sweep KEY=[v1, v2, ...]` (key, value, config): every one checked like a run's."""
+    from embodied_ppo.config import apply_overrides, from_dict, parse_override, set_dotted
+
+    for text in overrides:
+        _eval_key(".".join(parse_override(text)[0]), "")
+    data = apply_overrides(saved, overrides)
+    cfg = from_dict(data)
+    swept: list[tuple[str, Any, Config]] = []
+    for text in sweeps:
+        parts, values = parse_override(text)
+        key = ".".join(parts)
+        _eval_key(key, "--sweep ")
+        if not isinstance(values, list) or not values:
+            raise UserError(f"--sweep {key}: expected a list of values, e.g. {key}=[0.5, 1.0]")
+        for value in values:
+            swept.append((key, value, from_dict(set_dotted(data, parts, value))))
+    return cfg, swept
+
+
 def evaluate_command(
     source: str,
     episodes: int = 10,
@@ -386,6 +448,8 @@ def evaluate_command(
     video: str | None = None,
     json_path: str | None = None,
     out: Any = None,
+    overrides: list[str] | None = None,
+    sweeps: list[str] | None = None,
 ) -> dict[str, Any]:
     """`embodied-ppo eval`: run episodes, print them, write eval.json (and an mp4 with `video`).
 
@@ -395,6 +459,10 @@ def evaluate_command(
             episodes that selected it during training.
         video: None for no video, "" for the default path, else the mp4 path.
         json_path: where to write the results; default `<run_dir>/eval.json`.
+        overrides: `env.kwargs.KEY=VALUE` (or `env.max_episode_steps=N`): evaluate under other
+            conditions than the run trained in (e.g. a fixed command schedule).
+        sweeps: `env.kwargs.KEY=[v1, v2, ...]`: after the main episodes, the same episodes again
+            under each value (a robustness sweep), each result in eval.json's `sweep`.
     """
     import sys
 
@@ -403,13 +471,17 @@ def evaluate_command(
         raise UserError(f"--episodes: got {episodes}, expected an integer >= 1")
     if video is not None:
         configure_headless_gl()  # before anything imports mujoco
-    from embodied_ppo.config import from_dict, upgrade
+    from embodied_ppo.config import upgrade
 
     dev = _resolve_device(device)
     ckpt, state = read_checkpoint(source)
+    if not isinstance(state.get("config"), dict):
+        raise CheckpointError(f"{ckpt}: it holds no config")
     try:
-        cfg = from_dict(upgrade(state["config"]))
-    except (KeyError, UserError) as exc:
+        cfg, swept = eval_configs(upgrade(state["config"]), overrides or [], sweeps or [])
+    except ConfigError as exc:
+        if overrides or sweeps:
+            raise
         raise CheckpointError(f"{ckpt}: its config cannot be read ({exc})") from None
     policy = build_actor_critic(state, str(ckpt)).to(dev)
     net = inference_net(policy).to(dev)
@@ -434,17 +506,21 @@ def evaluate_command(
             else base / "videos" / f"eval-{ckpt.stem}-step{step}-{mode}-seed{seed}.mp4"
         )
 
+    def actor() -> Action:
+        return deterministic_action(net) if deterministic else stochastic_action(policy, seed)
+
     runner = EpisodeRunner(cfg.env, render=video_path is not None)
     writer: VideoWriter | None = None
     try:
         if video_path is not None:
             runner.check_render()  # fail now, before episodes run or files are written
             writer = VideoWriter(video_path, runner.fps)
-        act = deterministic_action(net) if deterministic else stochastic_action(policy, seed)
         kind = "deterministic" if deterministic else "stochastic"
         at = f", step {step:,}" if isinstance(step, int) else ""
+        changed = f" with {' '.join(overrides)}" if overrides else ""
         print(
-            f"evaluating {ckpt} ({cfg.env.id}{at}) for {episodes} {kind} episode(s), seed {seed}",
+            f"evaluating {ckpt} ({cfg.env.id}{at}) for {episodes} {kind} episode(s), "
+            f"seed {seed}{changed}",
             file=out,
             flush=True,
         )
@@ -456,7 +532,8 @@ def evaluate_command(
             print(line, file=out, flush=True)
 
         on_frame = (lambda _ep, frame: writer.append(frame)) if writer is not None else None
-        result = runner.run(act, eval_seeds(seed, episodes), on_frame=on_frame, on_episode=report)
+        seeds = eval_seeds(seed, episodes)
+        result = runner.run(actor(), seeds, on_frame=on_frame, on_episode=report)
         frames, size = (writer.frames, writer.size) if writer is not None else (0, None)
         if writer is not None:
             writer.close()
@@ -467,6 +544,17 @@ def evaluate_command(
         raise
     finally:
         runner.close()
+    print(_summary_line(result, episodes), file=out, flush=True)
+
+    sweep = []
+    for key, value, swept_cfg in swept:
+        runner = EpisodeRunner(swept_cfg.env)
+        try:
+            swept_result = runner.run(actor(), seeds)
+        finally:
+            runner.close()
+        sweep.append({"key": key, "value": value, **swept_result.summary()})
+        print(f"{key}={value!r}: {_summary_line(swept_result, episodes)}", file=out, flush=True)
 
     from embodied_ppo import __version__
 
@@ -477,26 +565,20 @@ def evaluate_command(
         "episodes": episodes,
         "deterministic": deterministic,
         "seed": seed,
-        "mean_return": result.mean_return,
-        "std_return": result.std_return,
-        "mean_length": result.mean_length,
+        "overrides": list(overrides or []),
+        **result.summary(),
         "returns": result.returns,
         "lengths": result.lengths,
         "episode_seeds": result.seeds,
-        "success_rate": result.success_rate,
         "successes": result.successes or None,
+        "episode_logs": result.logs or None,
+        "sweep": sweep or None,
         "video": str(video_path) if video_path is not None else None,
         "package_version": __version__,
     }
     if video_path is not None:
         summary["video_frames"] = frames
         summary["video_size"] = list(size) if size else None
-    success = "" if result.success_rate is None else f", success rate {result.success_rate:.0%}"
-    print(
-        f"mean return {result.mean_return:.2f} +- {result.std_return:.2f} over {episodes} episode(s) "
-        f"(mean length {result.mean_length:.1f}{success})",
-        file=out,
-    )
     try:
         result_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(result_path, (json.dumps(summary, indent=2) + "\n").encode())
@@ -509,6 +591,20 @@ def evaluate_command(
             file=out,
         )
     return summary
+
+
+def _summary_line(result: EvalResult, episodes: int) -> str:
+    """mean return +- std, mean length, success rate and the env's metrics, in one line."""
+    success = "" if result.success_rate is None else f", success rate {result.success_rate:.0%}"
+    metrics = {k: v for k, v in result.summary().items() if k not in _PLAIN_SUMMARY}
+    extra = "".join(f", {k} {v:.3g}" for k, v in metrics.items() if isinstance(v, float))
+    return (
+        f"mean return {result.mean_return:.2f} +- {result.std_return:.2f} over {episodes} "
+        f"episode(s) (mean length {result.mean_length:.1f}{success}{extra})"
+    )
+
+
+_PLAIN_SUMMARY = ("mean_return", "std_return", "mean_length", "success_rate", "log")
 
 
 # ------------------------------------------------------------------------------------ training
@@ -599,6 +695,8 @@ class PeriodicEvaluator:
         }
         if result.success_rate is not None:
             scalars["eval/success_rate"] = result.success_rate
+        for key, value in result.log_means().items():  # the env's own metrics and reward terms
+            scalars[f"eval/{key}"] = value
         if self.best is None or result.mean_return > self.best:
             self.best = result.mean_return
             save_best(

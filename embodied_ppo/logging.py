@@ -130,9 +130,11 @@ def iteration_scalars(
     t_collect: float,
     t_update: float,
     reward_scaler: RewardScaler | None,
+    episode_logs: list[dict[str, float]] | None = None,
 ) -> dict[str, float]:
     """Every scalar one iteration logs, under its TensorBoard tag."""
     out: dict[str, float] = {}
+    out.update(episode_log_means(episode_logs or []))
     if episode_returns:
         out["charts/episodic_return"] = float(np.mean(episode_returns))
         out["charts/episodic_length"] = float(np.mean(episode_lengths))
@@ -152,6 +154,20 @@ def iteration_scalars(
         explained_variance(b.values.flatten(), b.returns.flatten(), b.mask.flatten())
     )
     return out
+
+
+def episode_log_means(logs: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of each key of the finished episodes' `info["log"]` dicts, over the episodes
+    that reported it, under the key itself when it names its TensorBoard section
+    (`rewards/tracking_lin_vel`), else under `episode/<key>`."""
+    sums: dict[str, list[float]] = {}
+    for log in logs:
+        for key, value in log.items():
+            sums.setdefault(key, []).append(value)
+    return {
+        (key if "/" in key else f"episode/{key}"): float(np.mean(values))
+        for key, values in sums.items()
+    }
 
 
 def eval_line(global_step: int, scalars: dict[str, float]) -> str:

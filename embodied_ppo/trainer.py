@@ -234,6 +234,7 @@ class Trainer:
                     metrics, self.buffer,
                     lr, sps, t1 - t0, t2 - t1,
                     self.reward_scaler if self.cfg.env.normalize_reward else None,
+                    stats.episode_logs,
                 ) | extra  # fmt: skip
                 final = self.global_step >= total
                 # Periodic work also runs after the final iteration ("iteration == last").

@@ -435,16 +435,17 @@ def _spaces(cfg: EnvConfig) -> SpaceInfo:
     wrappers = _check_wrappers(cfg)
     try:
         env = make_one(cfg, wrap=False)
+    except ValueError as exc:
+        key = getattr(exc, "key", None)  # a task's own refusal of one of its arguments
+        if not isinstance(key, str):
+            raise _cannot_create(cfg, exc) from None
+        raise ConfigError(f"env.kwargs.{key}: {_first_line(exc)}") from None
     except TypeError as exc:
         raise ConfigError(
             f"env.kwargs: {cfg.id} rejected the arguments {cfg.kwargs}: {exc}"
         ) from None
     except Exception as exc:  # a missing optional dependency, a broken env module, ...
-        text = str(exc).strip()
-        first = text.splitlines()[0][:200] if text else ""
-        raise ConfigError(
-            f"env.id: cannot create {cfg.id} ({type(exc).__name__}: {first})"
-        ) from None
+        raise _cannot_create(cfg, exc) from None
     for i, (w, wrapper) in enumerate(zip(cfg.wrappers, wrappers, strict=True)):
         try:
             env = wrapper(env, **w.kwargs)
@@ -461,6 +462,15 @@ def _spaces(cfg: EnvConfig) -> SpaceInfo:
         raise ConfigError(f"env.id: {cfg.id} has {exc}; {_supported(exc)}") from None
     finally:
         env.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _cannot_create(cfg: EnvConfig, exc: BaseException) -> ConfigError:
+    return ConfigError(f"env.id: cannot create {cfg.id} ({type(exc).__name__}: {_first_line(exc)})")
 
 
 def _spaces_for_envpool(cfg: EnvConfig) -> SpaceInfo:

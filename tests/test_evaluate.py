@@ -416,3 +416,72 @@ def test_headless_backend_choice(monkeypatch, env, works, expected):
         assert os.environ["SDL_VIDEODRIVER"] == "dummy"
     if expected is None and not env:
         assert "apt-get install libegl1" in choice.hint() and "libosmesa6" in choice.hint()
+
+
+# ------------------------------------------------------------------------------ episode logs
+@pytest.fixture(scope="module")
+def log_run(tmp_path_factory):
+    from toy_envs import register_log
+
+    run_dir = tmp_path_factory.mktemp("logs")
+    cfg = tiny_config(register_log(), env={"kwargs": {"fall_at": 3}}, trainer={"total_steps": 64})
+    Trainer(cfg, run_dir).train()
+    return run_dir
+
+
+def test_env_episode_logs_are_logged_by_training_and_written_by_eval(log_run, capsys):
+    records = [json.loads(line) for line in (log_run / "metrics.jsonl").read_text().splitlines()]
+    # Every episode falls at its third step: the means over each iteration's episodes.
+    assert all(r["rewards/alive"] == 3.0 and r["metrics/fall_rate"] == 1.0 for r in records)
+    assert all(r["episode/steps"] == 3.0 for r in records)  # a key without a section
+    summary = evaluate_command(str(log_run), episodes=2, out=io.StringIO())
+    assert summary["fall_rate"] == 1.0 and summary["mean_length"] == 3.0
+    assert summary["log"] == {"rewards/alive": 3.0, "metrics/fall_rate": 1.0, "steps": 3.0}
+    assert len(summary["episode_logs"]) == 2
+    saved = json.loads((log_run / "eval.json").read_text())
+    assert saved["fall_rate"] == 1.0
+
+
+def test_eval_under_other_env_kwargs_and_a_sweep(log_run, tmp_path):
+    out = io.StringIO()
+    summary = evaluate_command(
+        str(log_run),
+        episodes=2,
+        out=out,
+        overrides=["env.kwargs.fall_at=2"],
+        sweeps=["env.kwargs.fall_at=[null, 4]"],
+        json_path=str(tmp_path / "e.json"),
+    )
+    assert summary["mean_length"] == 2.0 and summary["overrides"] == ["env.kwargs.fall_at=2"]
+    # Each swept value runs the same episodes under it; the time limit (5) cuts what never falls.
+    assert [(s["value"], s["fall_rate"], s["mean_length"]) for s in summary["sweep"]] == [
+        (None, 0.0, 5.0),
+        (4, 1.0, 4.0),
+    ]
+    assert "env.kwargs.fall_at=4: mean return 4.00" in out.getvalue()
+    assert json.loads((tmp_path / "e.json").read_text())["sweep"] == summary["sweep"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (
+            ["trainer.seed=3"],
+            "trainer.seed: eval can change only env.kwargs.* and env.max_episode_steps",
+        ),
+        (["--sweep", "env.kwargs.fall_at=3"], "--sweep env.kwargs.fall_at: expected a list"),
+        (
+            ["--sweep", "model.hidden_sizes=[[8]]"],
+            "--sweep model.hidden_sizes: eval can change only",
+        ),
+        (["env.max_episode_steps=0"], "env.max_episode_steps: got 0"),
+    ],
+)
+def test_bad_eval_overrides_are_one_line_errors(log_run, capsys, args, fragment):
+    before = snapshot(log_run)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", str(log_run), *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("embodied-ppo: error: ") and fragment in err and err.count("\n") == 1
+    assert snapshot(log_run) == before

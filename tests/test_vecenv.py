@@ -287,3 +287,62 @@ def test_a_process_that_never_closes_its_env_workers_still_exits_and_ends_them(d
         except (ProcessLookupError, FileNotFoundError):
             alive = False
         assert not alive, pid
+
+
+@pytest.mark.parametrize(
+    "backend, processes, doorbell",
+    [("sync", 1, None), ("sync", 2, True), ("sync", 2, False), ("async", 1, None)],
+)
+def test_episode_logs_of_ended_episodes_reach_the_step_result(
+    backend, processes, doorbell, monkeypatch
+):
+    from toy_envs import register_log
+
+    from embodied_ppo.vecenv import workers
+
+    if doorbell is not None:
+        monkeypatch.setattr(workers, "can_spin", lambda processes, threads: doorbell)
+    # Envs 0-1 fall at step 3, envs 2-3 (the second process's group) are cut at the limit 5:
+    # the log of an episode's last step is reported, even when a TimeLimit wrapper cut it.
+    env = {"num_envs": 4, "backend": backend, "processes": processes, "kwargs": {"fall_at": 3}}
+    venv = VecEnv(tiny_config(register_log(), env=env).env, seed=0)
+    with venv:
+        venv.reset()
+        seen = {}
+        for t in range(1, 6):
+            res = venv.step(np.zeros((4, 1), np.float32))
+            if t < 3:
+                assert res.episode_logs is None or res.episode_logs == []
+            for env_index, log in zip(res.episode_envs, res.episode_logs or [], strict=True):
+                seen.setdefault(env_index, log)
+        for i in range(4):
+            assert seen[i] == {"rewards/alive": 3.0, "metrics/fall_rate": 1.0, "steps": 3.0}
+
+
+def test_episode_logs_of_truncated_episodes_are_their_last_steps():
+    from toy_envs import register_log
+
+    venv = VecEnv(tiny_config(register_log(), env={"num_envs": 2}).env, seed=0)
+    with venv:
+        venv.reset()
+        for _ in range(4):
+            assert not venv.step(np.zeros((2, 1), np.float32)).episode_envs
+        res = venv.step(np.zeros((2, 1), np.float32))
+        assert res.episode_envs == [0, 1]
+        assert (
+            res.episode_logs == [{"rewards/alive": 5.0, "metrics/fall_rate": 0.0, "steps": 5.0}] * 2
+        )
+
+
+def test_a_tasks_refusal_of_an_argument_names_its_key_in_env_kwargs():
+    from toy_envs import register_strict
+
+    env_id = register_strict()
+    check_env(tiny_config(env_id, env={"kwargs": {"gains": {"kp": 1.0}}}))
+    for gains, message in [
+        ({"kq": 1.0}, "env.kwargs.gains.kq: unknown gain 'kq'; allowed: kp, kd"),
+        ({"kd": -1.0}, "env.kwargs.gains.kd: got -1.0, expected a number >= 0"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            check_env(tiny_config(env_id, env={"kwargs": {"gains": gains}}))
+        assert str(info.value) == message

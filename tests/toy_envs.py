@@ -126,3 +126,66 @@ def register_cue() -> str:
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=CueEnv)
     return env_id
+
+
+class LogEnv(gym.Env):
+    """Reports its episode's scalars in info["log"] at every step (so far, this step included).
+
+    obs = [t, 1]; reward = 1 per step; the episode terminates ("falls") at step `fall_at` when
+    given, else runs until a time limit cuts it. The log holds `rewards/alive` (the reward so
+    far), `metrics/fall_rate` (1 once fallen) and `steps` (an unprefixed key).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, fall_at: int | None = None) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.fall_at = fall_at
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0, 1.0], dtype=np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        fell = self.fall_at is not None and self.t >= self.fall_at
+        log = {"rewards/alive": float(self.t), "metrics/fall_rate": float(fell), "steps": self.t}
+        obs = np.array([float(self.t), 1.0], dtype=np.float32)
+        return obs, 1.0, fell, False, {"log": log}
+
+
+def register_log() -> str:
+    env_id = "EmbodiedPPOTestLog-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=LogEnv, max_episode_steps=5)
+    return env_id
+
+
+class KeyedArgumentError(ValueError):
+    """A task's refusal of one of its keyword arguments: `key` is its path in env.kwargs."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class StrictEnv(CountingEnv):
+    """CountingEnv whose `gains` argument must be a mapping of known names to numbers >= 0."""
+
+    def __init__(self, gains: dict | None = None) -> None:
+        for name, value in (gains or {}).items():
+            if name not in ("kp", "kd"):
+                raise KeyedArgumentError(f"gains.{name}", f"unknown gain {name!r}; allowed: kp, kd")
+            if value < 0:
+                raise KeyedArgumentError(f"gains.{name}", f"got {value}, expected a number >= 0")
+        super().__init__()
+
+
+def register_strict() -> str:
+    env_id = "EmbodiedPPOTestStrict-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=StrictEnv)
+    return env_id

@@ -131,6 +131,9 @@ class StepResult:
     episode_envs: list[int]  # the env index of each of those episodes
     # info["is_success"] at the last step of each of those episodes (None: not reported)
     episode_successes: list[float | None] | None = None
+    # info["log"] at the last step of each of those episodes: the episode's own scalars (reward
+    # terms, tracking errors, ...), a dict of floats; None where not reported
+    episode_logs: list[dict[str, float] | None] | None = None
 
 
 def step_result(
@@ -142,11 +145,13 @@ def step_result(
     ep_return: np.ndarray,
     ep_length: np.ndarray,
     success: np.ndarray | None = None,
+    logs: list[dict[str, float] | None] | None = None,
 ) -> StepResult:
     """A StepResult with the statistics of the episodes that ended; restarts their counters.
 
     `ep_return` / `ep_length` (N,) already include this step and are updated in place.
     `success` (N,): info["is_success"] of the ended episodes' last step, NaN where not reported.
+    `logs` (N,): info["log"] of the ended episodes' last step, None where not reported.
     """
     ended = np.flatnonzero(term | trunc)
     if not ended.size:  # the common step: no episode ended
@@ -157,7 +162,19 @@ def step_result(
     successes = None
     if success is not None:
         successes = [None if math.isnan(x) else float(x) for x in success[ended].tolist()]
-    return StepResult(obs, reward, term, trunc, final_obs, rets, lens, ended.tolist(), successes)
+    episode_logs = None
+    if logs is not None:
+        episode_logs = [episode_log(logs[i]) for i in ended.tolist()]
+    return StepResult(
+        obs, reward, term, trunc, final_obs, rets, lens, ended.tolist(), successes, episode_logs
+    )
+
+
+def episode_log(log: Any) -> dict[str, float] | None:
+    """An env's info["log"] as plain floats (None when absent or not a mapping)."""
+    if not isinstance(log, dict):
+        return None
+    return {str(k): float(v) for k, v in log.items()}
 
 
 class VecEnv(Protocol):

@@ -113,6 +113,24 @@ def make_one(cfg: EnvConfig, render_mode: str | None = None, wrap: bool = True) 
     return env
 
 
+def _member_logs(log: Any, num_envs: int) -> list[Any]:
+    """Each member's final info["log"]: a list from the serial and process backends, or
+    Gymnasium's merged form from the async backend (per key, an array over members and a
+    `_key` mask of the members that reported it)."""
+    if isinstance(log, list):
+        return log
+    out: list[Any] = [None] * num_envs
+    if isinstance(log, dict):
+        for key, values in log.items():
+            if key.startswith("_"):
+                continue
+            reported = log.get(f"_{key}", np.ones(num_envs, dtype=bool))
+            for i in np.flatnonzero(reported):
+                out[i] = {} if out[i] is None else out[i]
+                out[i][key] = values[i]
+    return out
+
+
 class _Where:
     """Where a step happened, formatted only when an error message needs it."""
 
@@ -212,7 +230,7 @@ class GymnasiumVecEnv:
         term, trunc = np.array(term, dtype=bool), np.array(trunc, dtype=bool)
         ended = term | trunc
         final_obs = obs  # rows are only meaningful where an episode ended
-        success = None
+        success = logs = None
         if ended.any():
             final_obs = obs_map(np.copy, obs)
             mask = info.get("_final_obs", ended)
@@ -222,6 +240,8 @@ class GymnasiumVecEnv:
             final_info = info.get("final_info", {})
             if "is_success" in final_info:
                 success = np.where(final_info["_is_success"], final_info["is_success"], np.nan)
+            if "log" in final_info:
+                logs = _member_logs(final_info["log"], self.num_envs)
         if not math.isfinite(reward.sum(dtype=np.float64)):
             bad = int(np.flatnonzero(~np.isfinite(reward))[0])
             raise TrainingError(
@@ -231,7 +251,7 @@ class GymnasiumVecEnv:
         self._ep_return += reward
         self._ep_length += 1
         return step_result(
-            obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length, success
+            obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length, success, logs
         )
 
     def sample_actions(self) -> np.ndarray:

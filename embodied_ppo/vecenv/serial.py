@@ -19,8 +19,9 @@ from embodied_ppo.obs import map_obs as obs_map
 from embodied_ppo.obs import set_obs as obs_set
 from embodied_ppo.vecenv.base import Obs
 
-# An ended episode of a vector step: (member index, final observation, final is_success or None).
-Ended = tuple[int, Any, Any]
+# An ended episode of a vector step: (member index, final observation, final is_success or None,
+# final info["log"] or None).
+Ended = tuple[int, Any, Any, Any]
 
 
 def group_bounds(num_envs: int, groups: int) -> list[range]:
@@ -32,20 +33,27 @@ def group_bounds(num_envs: int, groups: int) -> list[range]:
 
 def ended_info(ended: list[Ended], num_envs: int) -> dict[str, Any]:
     """The info dict of a vector step as Gymnasium's vector envs report it (only what the
-    collector reads): `final_obs` of the members whose episode ended, and their last
-    `is_success` where they reported one."""
+    collector reads): `final_obs` of the members whose episode ended, their last `is_success`
+    and their last `log` (the episode's own scalars) where they reported one."""
     if not ended:
         return {}
     info: dict[str, Any] = {"final_obs": [None] * num_envs}
     info["_final_obs"] = np.zeros(num_envs, dtype=bool)
     success = np.zeros(num_envs)
     reported = np.zeros(num_envs, dtype=bool)
-    for i, o, is_success in ended:
+    logs: list[Any] = [None] * num_envs
+    for i, o, is_success, log in ended:
         info["final_obs"][i], info["_final_obs"][i] = o, True
         if is_success is not None:
             success[i], reported[i] = float(is_success), True
+        logs[i] = log
+    final_info: dict[str, Any] = {}
     if reported.any():
-        info["final_info"] = {"is_success": success, "_is_success": reported}
+        final_info.update(is_success=success, _is_success=reported)
+    if any(log is not None for log in logs):
+        final_info["log"] = logs
+    if final_info:
+        info["final_info"] = final_info
     return info
 
 
@@ -113,7 +121,7 @@ class SerialVectorEnv:
             o, reward[i], te, tr, info = env.step(actions[i])
             term[i], trunc[i] = te, tr
             if te or tr:
-                ended.append((i, o, info.get("is_success")))
+                ended.append((i, o, info.get("is_success"), info.get("log")))
                 o, _ = env.reset()
             if dict_obs:
                 obs_set(obs, i, o)

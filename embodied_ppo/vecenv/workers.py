@@ -20,7 +20,9 @@ How a step reaches a worker and comes back:
   The counters are plain shared integers: x86-64 keeps each process's stores in order, which
   is what makes data written before a counter visible with it; elsewhere pipes are used.
 - **Pipes** otherwise, and for every other command (reset, call, set_attr, close, and an
-  error's exception): one small message each way per worker.
+  error's exception): one small message each way per worker. A doorbell step whose ended
+  episodes carry `info["log"]` dicts sends those on the pipe too, before its counter rises
+  (episode ends are rare: the common step stays in shared memory).
 """
 
 from __future__ import annotations
@@ -114,7 +116,9 @@ class SharedArrays:
 
 
 # Doorbell steps: a worker's control block (shared int64s) and how long each side spins.
-CMD, DONE, FAILED = 0, 1, 2  # steps asked, steps done, the last one failed (error on the pipe)
+# Steps asked, steps done, the last one failed (error on the pipe), the last one's episode logs
+# are on the pipe.
+CMD, DONE, FAILED, LOGS = 0, 1, 2, 3
 SPIN_SECONDS = 0.005  # a worker, after each step: covers the policy's inference in between
 WAIT_SPIN_SECONDS = 0.05  # this process, for a step's replies
 POLL_SECONDS = 0.001  # past the spin: how often the counter is looked at again
@@ -203,10 +207,16 @@ def _worker(
         if control is not None and _await_change(control, CMD, done, SPIN_SECONDS, conn):
             try:
                 ended_rows[:] = False
-                for i, o, s in venv.step_members(actions):
+                logs = []
+                for i, o, s, log in venv.step_members(actions):
                     ended_rows[i] = True
                     success[i] = np.nan if s is None else float(s)
                     obs_set(final, i, o)
+                    if log is not None:
+                        logs.append((i, log))
+                if logs:  # on the pipe before the counter rises: there when it is read
+                    conn.send(("logs", logs))
+                    control[LOGS] = 1
             except BaseException as exc:
                 control[FAILED] = 1
                 reply = ("error", _picklable(exc))
@@ -221,7 +231,7 @@ def _worker(
             if command == "step":
                 # Indices of the ended episodes are the run's, not the group's.
                 ended = venv.step_members(data)
-                result: Any = [(offset + i, o, s) for i, o, s in ended]
+                result: Any = [(offset + i, o, s, log) for i, o, s, log in ended]
             elif command == "reset":
                 venv.reset(seed=data)
                 result = None
@@ -292,7 +302,7 @@ class ProcessVectorEnv:
         )
         # Doorbells: one control block per worker (see CMD, DONE, FAILED); the steps asked.
         control_raw = [
-            ctx.RawArray(ctypes.c_int64, 3) if self.doorbell else None for _ in self.groups[1:]
+            ctx.RawArray(ctypes.c_int64, 4) if self.doorbell else None for _ in self.groups[1:]
         ]
         self._controls = [np.frombuffer(raw, dtype=np.int64) for raw in control_raw if raw]
         self._asked = 0
@@ -451,11 +461,21 @@ class ProcessVectorEnv:
                 failed[w] = ("step", None)
                 continue
             rows = self.groups[w + 1]
+            logs: dict[int, Any] = {}
+            if control[LOGS]:
+                control[LOGS] = 0
+                try:
+                    logs = {rows.start + i: log for i, log in conn.recv()[1]}
+                except (EOFError, OSError):
+                    self.processes[w].join(timeout=5)
+                    error = error or WorkerDied(self._describe(w))
+                    continue
             results[w] = [
                 (
                     i,
                     map_obs(lambda a, i=i: a[i].copy(), self._final),
                     None if np.isnan(self._success[i]) else float(self._success[i]),
+                    logs.get(i),
                 )
                 for i in np.flatnonzero(self._ended[rows.start : rows.stop]) + rows.start
             ]
