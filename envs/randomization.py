@@ -108,12 +108,19 @@ class AddedMass(ModelTerm):
 
     name = "added_mass"
 
-    def __init__(self, model: mujoco.MjModel, low: float, high: float, body: int) -> None:
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        low: float,
+        high: float,
+        body: int,
+        key: str = "randomization.added_mass",
+    ) -> None:
         self.body = body
         self.nominal = float(model.body_mass[body])
         if self.nominal + low <= 0.0:
             raise TaskConfigError(
-                "randomization.added_mass",
+                key,
                 f"got a low end of {low:g} kg, but the body weighs {self.nominal:g} kg: "
                 "its mass must stay positive",
             )
@@ -181,14 +188,14 @@ class PositionActuators:
     target); the gain scales multiply kp (gainprm[0], -biasprm[1]) and kd (-biasprm[2]).
     """
 
-    def __init__(self, model: mujoco.MjModel) -> None:
+    def __init__(self, model: mujoco.MjModel, key: str = "randomization.motor_strength") -> None:
         fixed = int(mujoco.mjtGain.mjGAIN_FIXED)
         affine = int(mujoco.mjtBias.mjBIAS_AFFINE)
         if model.nu == 0 or not (
             np.all(model.actuator_gaintype == fixed) and np.all(model.actuator_biastype == affine)
         ):
             raise TaskConfigError(
-                "randomization.motor_strength",
+                key,
                 "the env has no Python PD loop (an `actuator_scales` attribute) and its "
                 "actuators are not all MuJoCo position actuators (gain fixed, bias affine)",
             )

@@ -91,8 +91,13 @@ class RandomizationSpec:
 
 
 def parse_randomization(value: Any, key: str = "randomization") -> RandomizationSpec:
-    """Check a `randomization` mapping (term -> range); raises TaskConfigError naming the key."""
-    given = tc.mapping(value, key)
+    """Check a `randomization` mapping (term -> range); raises TaskConfigError naming the key
+    (`key.term`, or the term alone when `key` is empty)."""
+
+    def at(name: str) -> str:
+        return f"{key}.{name}" if key else name
+
+    given = tc.mapping(value, key or "randomization")
     tc.unknown_names(given, RANDOMIZATION_TERMS, key)
     out: dict[str, Any] = {}
     for name, low in (
@@ -103,29 +108,33 @@ def parse_randomization(value: Any, key: str = "randomization") -> Randomization
         ("kd_scale", 0.0),
     ):
         if given.get(name) is not None:
-            out[name] = tc.value_range(given[name], f"{key}.{name}", low=low)
+            out[name] = tc.value_range(given[name], at(name), low=low)
     com = given.get("com_offset")
     if com is not None:
         # [low, high] for every axis, or one range per axis.
         if isinstance(com, (list, tuple)) and len(com) == 3:
             out["com_offset"] = tuple(
-                tc.value_range(r, f"{key}.com_offset[{i}]") for i, r in enumerate(com)
+                tc.value_range(r, f"{at('com_offset')}[{i}]") for i, r in enumerate(com)
             )
         else:
-            out["com_offset"] = (tc.value_range(com, f"{key}.com_offset"),) * 3
+            out["com_offset"] = (tc.value_range(com, at("com_offset")),) * 3
     if given.get("push_interval_s") is not None:
-        out["push_interval_s"] = tc.number(
-            given["push_interval_s"], f"{key}.push_interval_s", low=0.0
-        )
+        out["push_interval_s"] = tc.number(given["push_interval_s"], at("push_interval_s"), low=0)
         if out["push_interval_s"] == 0.0:
-            raise tc.TaskConfigError(f"{key}.push_interval_s", "got 0, expected seconds > 0")
+            raise tc.TaskConfigError(at("push_interval_s"), "got 0, expected seconds > 0")
     if given.get("push_velocity") is not None:
-        out["push_velocity"] = tc.number(given["push_velocity"], f"{key}.push_velocity", low=0.0)
+        out["push_velocity"] = tc.number(given["push_velocity"], at("push_velocity"), low=0.0)
         if "push_interval_s" not in out and out["push_velocity"] > 0:
             raise tc.TaskConfigError(
-                f"{key}.push_velocity", "pushes need push_interval_s (seconds between pushes)"
+                at("push_velocity"), "pushes need push_interval_s (seconds between pushes)"
             )
     return RandomizationSpec(**out)
+
+
+def _named(exc: tc.TaskConfigError) -> tc.TaskConfigError:
+    """The same error with its key in the message: a wrapper's error reaches the user as the
+    message of `env.wrappers[i]`, not under its own key."""
+    return tc.TaskConfigError(exc.key, f"{exc.key}: {exc.message}")
 
 
 def parse_noise(value: Any, keys: list[str] | None, key: str = "noise") -> dict[str, float]:
@@ -158,6 +167,8 @@ class DomainRandomizer:
             for MuJoCo position actuators.
         geoms: the geoms whose friction is randomized (default: all).
         friction_mode: "set" (the draw is the coefficient) or "scale" (it multiplies theirs).
+        key: where the terms sit in the task's arguments (errors name `key.term`; "": the
+            term alone).
     """
 
     def __init__(
@@ -170,13 +181,18 @@ class DomainRandomizer:
         scales: np.ndarray | None = None,
         geoms: np.ndarray | None = None,
         friction_mode: str = "set",
+        key: str = "randomization",
     ) -> None:
         self.spec, self.model, self.data = spec, model, data
+
+        def at(name: str) -> str:
+            return f"{key}.{name}" if key else name
+
         self.terms: list[Any] = []
         if spec.friction is not None:
             self.terms.append(Friction(model, *spec.friction, geoms=geoms, mode=friction_mode))
         if spec.added_mass is not None:
-            self.terms.append(AddedMass(model, *spec.added_mass, body=body))
+            self.terms.append(AddedMass(model, *spec.added_mass, body, at("added_mass")))
         if spec.com_offset is not None:
             low = np.array([r[0] for r in spec.com_offset])
             high = np.array([r[1] for r in spec.com_offset])
@@ -185,13 +201,13 @@ class DomainRandomizer:
         if scales is None:
             scales = np.ones((3, model.nu))
             if spec.actuation:
-                self.position_actuators = PositionActuators(model)
+                self.position_actuators = PositionActuators(model, at("motor_strength"))
         self.actuation = Actuation(scales, spec.motor_strength, spec.kp_scale, spec.kd_scale)
         self.pushes = None
         if spec.push_interval_s is not None:
             if model.jnt_type[model.body_jntadr[body]] != mujoco.mjtJoint.mjJNT_FREE:
                 raise tc.TaskConfigError(
-                    "randomization.push_interval_s",
+                    at("push_interval_s"),
                     f"pushes need a free joint on body {model.body(body).name!r}",
                 )
             interval = max(1, round(spec.push_interval_s / dt))
@@ -283,7 +299,21 @@ class DomainRandomization(gym.Wrapper):
     ) -> None:
         super().__init__(env)
         model, data = _mujoco_parts(env)
-        spec = parse_randomization(terms)
+        try:
+            self._build(model, data, body, geoms, friction_mode, terms)
+        except tc.TaskConfigError as exc:
+            raise _named(exc) from None
+
+    def _build(
+        self,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        body: str | None,
+        geoms: list[str] | None,
+        friction_mode: str,
+        terms: dict[str, Any],
+    ) -> None:
+        spec = parse_randomization(terms, key="")
         if friction_mode not in ("set", "scale"):
             raise tc.TaskConfigError("friction_mode", f"got {friction_mode!r}, allowed: set, scale")
         body_id = 1 if body is None else mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body)
@@ -297,10 +327,10 @@ class DomainRandomization(gym.Wrapper):
             if (geom_ids < 0).any():
                 missing = [g for g, i in zip(geoms, geom_ids) if i < 0]
                 raise tc.TaskConfigError("geoms", f"no geom named {missing[0]!r} in the model")
-        scales = getattr(env.unwrapped, "actuator_scales", None)
-        dt = float(getattr(env.unwrapped, "dt", model.opt.timestep))
+        scales = getattr(self.env.unwrapped, "actuator_scales", None)
+        dt = float(getattr(self.env.unwrapped, "dt", model.opt.timestep))
         self.randomizer = DomainRandomizer(
-            spec, model, data, body_id, dt, scales, geom_ids, friction_mode
+            spec, model, data, body_id, dt, scales, geom_ids, friction_mode, key=""
         )
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
@@ -334,11 +364,15 @@ class ObservationNoise(gym.Wrapper):
         space = env.observation_space
         self.is_dict = isinstance(space, spaces.Dict)
         keys = list(space.spaces) if self.is_dict else ["obs"]
-        if distribution not in ("uniform", "gaussian"):
-            raise tc.TaskConfigError(
-                "distribution", f"got {distribution!r}, allowed: uniform, gaussian"
-            )
-        self.noise = _Noise(parse_noise(scales, keys, "scales"), distribution)
+        try:
+            if distribution not in ("uniform", "gaussian"):
+                raise tc.TaskConfigError(
+                    "distribution", f"got {distribution!r}, allowed: uniform, gaussian"
+                )
+            parsed = parse_noise(scales, keys, "scales")
+        except tc.TaskConfigError as exc:
+            raise _named(exc) from None
+        self.noise = _Noise(parsed, distribution)
         self.rng = stream(None, "noise")
 
     def _noisy(self, obs: Any) -> Any:
@@ -375,7 +409,10 @@ class ActionDelay(gym.Wrapper):
         super().__init__(env)
         if not isinstance(env.action_space, spaces.Box):
             raise TypeError("ActionDelay needs a Box action space")
-        low, high = parse_delay(steps, "steps")
+        try:
+            low, high = parse_delay(steps, "steps")
+        except tc.TaskConfigError as exc:
+            raise _named(exc) from None
         self.delay = _Delay(low, high, int(np.prod(env.action_space.shape)))
         self.shape = env.action_space.shape
         self.rng = stream(None, "delay")

@@ -14,14 +14,15 @@ from typing import Any
 
 
 class TaskConfigError(ValueError):
-    """A task keyword argument that cannot be used.
+    """A task keyword argument that cannot be used; `str()` is the message alone.
 
     Attributes:
         key: the dotted path of the argument inside `env.kwargs`.
+        message: what was given and what is allowed.
     """
 
     def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
+        super().__init__(message)
         self.key = key
         self.message = message
 
