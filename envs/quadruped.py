@@ -15,7 +15,7 @@ foot's height above the terrain at 9 points around it, m).
 
 Reward: a weighted sum of legged_gym's terms (`REWARD_TERMS`), each x dt; with
 `only_positive_rewards` a negative sum is clipped to 0 (termination's term is added after).
-Episodes end on a fall (trunk, hip or thigh on the ground, or a tilt beyond `fall_tilt`) and
+Episodes end on a fall (trunk or hip on the ground, or a tilt beyond `fall_tilt`) and
 are truncated by the registered time limit (1000 steps, 20 s). `info["log"]` holds, at every
 step, the episode's values so far: `rewards/<term>` (sum of the weighted term),
 `metrics/tracking_error_lin` (mean |v_cmd - v| m/s), `metrics/tracking_error_yaw` (rad/s),
@@ -94,11 +94,11 @@ REWARD_TERMS = {
     "dof_acc": -2.5e-7,  # sum of joint acceleration^2
     "action_rate": -0.01,  # |a - a_prev|^2
     "feet_air_time": 1.0,  # sum over touchdowns of (air time - 0.5 s), while commanded to move
-    "collision": -1.0,  # calves touching the ground
+    "collision": -1.0,  # leg links (not feet) touching the ground, counted per leg
     "termination": -0.0,  # 1 on a fall
     "stand_still": -0.0,  # sum |q - stand| when the command is zero
     "dof_pos_limits": -0.0,  # how far joints pass 90% of their range (rad)
-    "base_height": -0.0,  # (trunk height above the feet - 0.30)^2
+    "base_height": -0.0,  # (trunk height above the feet - base_height_target)^2
 }
 
 DEFAULT_COMMANDS = {
@@ -142,6 +142,11 @@ class QuadrupedEnv(gym.Env):
         action_delay: k (a delay of 0..k policy steps drawn per episode) or [low, high].
         action_scale, kp, kd: the PD targets' scale and gains.
         fall_tilt: tilt (rad) beyond which the episode ends as a fall.
+        fall_contacts: the links whose touching the ground ends the episode as a fall (trunk,
+            hip, thigh, calf); the other leg links' contacts are collisions. legged_gym's A1
+            ends episodes on trunk contact only: a knee on the ground is not yet a fall.
+        base_height_target: trunk height above the feet (m) the base_height term asks for
+            (0.27 m on the standing pose's targets, the knees sagging under the trunk's weight).
         render_mode, width, height, camera_name: `rgb_array` frames (camera "track" follows
             the robot).
     """
@@ -165,6 +170,8 @@ class QuadrupedEnv(gym.Env):
         kp: float = KP,
         kd: float = KD,
         fall_tilt: float = 1.0,
+        fall_contacts: list[str] | tuple[str, ...] = ("trunk", "hip"),
+        base_height_target: float = 0.28,
         render_mode: str | None = None,
         width: int = 480,
         height: int = 360,
@@ -192,6 +199,11 @@ class QuadrupedEnv(gym.Env):
         self.kp = tc.number(kp, "kp", low=0.0)
         self.kd = tc.number(kd, "kd", low=0.0)
         self.fall_cos = math.cos(tc.number(fall_tilt, "fall_tilt", 0.0, math.pi))
+        if not isinstance(fall_contacts, (list, tuple)):
+            raise tc.TaskConfigError("fall_contacts", f"got {fall_contacts!r}, expected a list")
+        tc.unknown_names(fall_contacts, ("trunk", "hip", "thigh", "calf"), "fall_contacts")
+        self.fall_contacts = tuple(fall_contacts)
+        self.base_height_target = tc.number(base_height_target, "base_height_target", 0.1, 0.4)
         if terrain not in ("flat", "rough"):
             raise tc.TaskConfigError("terrain", f"got {terrain!r}, allowed: flat, rough")
         if terrain == "flat" and terrain_options:
@@ -210,14 +222,14 @@ class QuadrupedEnv(gym.Env):
         self.trunk = self._name(mujoco.mjtObj.mjOBJ_BODY, "trunk")
         self.feet = np.array([self._name(geom, f"{leg}_foot") for leg in LEGS])
         self.foot_radius = float(self.model.geom_size[self.feet[0], 0])
-        # Contact roles by geom: 1-4 a foot, 5-8 a calf (a collision), 9 a fall.
+        # Contact roles by geom: 1-4 a foot, 5-8 a leg link of leg 1-4 (a collision), 9 a fall.
         self._role = np.zeros(self.model.ngeom, dtype=np.int64)
         for i, leg in enumerate(LEGS):
             self._role[self.feet[i]] = 1 + i
-            self._role[self._name(geom, f"{leg}_calf")] = 5 + i
-            self._role[self._name(geom, f"{leg}_hip")] = 9
-            self._role[self._name(geom, f"{leg}_thigh")] = 9
-        self._role[self._name(geom, "trunk")] = 9
+            for link in ("hip", "thigh", "calf"):
+                fall = link in self.fall_contacts
+                self._role[self._name(geom, f"{leg}_{link}")] = 9 if fall else 5 + i
+        self._role[self._name(geom, "trunk")] = 9 if "trunk" in self.fall_contacts else 0
         low, high = self.model.jnt_range[1:].T
         mid, half = (low + high) / 2, (high - low) / 2
         self._soft_low, self._soft_high = mid - 0.9 * half, mid + 0.9 * half
@@ -285,7 +297,7 @@ class QuadrupedEnv(gym.Env):
         self.episode_terms = np.zeros(len(self.terms))
         self.episode = _new_episode(0.0, 0.0)
         self._prev_action = np.zeros(12)
-        self._calves, self._body_contact = 0, False
+        self._leg_contacts, self._body_contact = 0, False
         self.level = 0  # terrain curriculum level (rough)
         self.started = False  # an episode has begun since the last seeded reset
 
@@ -377,11 +389,11 @@ class QuadrupedEnv(gym.Env):
             c = d.contact
             counts = np.bincount(self._role[c.geom1] + self._role[c.geom2], minlength=10)
             np.greater(counts[1:5], 0, out=self.contacts)
-            self._calves = int(np.count_nonzero(counts[5:9]))
+            self._leg_contacts = int(np.count_nonzero(counts[5:9]))
             self._body_contact = bool(counts[9])
         else:
             self.contacts[:] = False
-            self._calves, self._body_contact = 0, False
+            self._leg_contacts, self._body_contact = 0, False
 
     def _reward(self) -> tuple[float, bool]:
         d, dt = self.data, self.dt
@@ -413,7 +425,7 @@ class QuadrupedEnv(gym.Env):
             0.0,
             0.0,
             air,
-            self._calves,
+            self._leg_contacts,
             float(fell),
             0.0,
             0.0,
@@ -434,7 +446,7 @@ class QuadrupedEnv(gym.Env):
             values[12] = float(above.sum() - below.sum())
         if on[13]:  # base_height, above the feet
             feet_z = d.geom_xpos[self.feet, 2].mean() - self.foot_radius
-            values[13] = (d.qpos[2] - feet_z - 0.30) ** 2
+            values[13] = (d.qpos[2] - feet_z - self.base_height_target) ** 2
         weighted = np.take(values, self._term_ids) * self._weights_dt
         self._prev_action[:] = self.action
         self.episode_terms += weighted
