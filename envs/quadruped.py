@@ -82,6 +82,9 @@ PRIVILEGED_KEYS = (
 )
 SCAN_POINTS = 9  # per foot: a 3 x 3 grid, 0.1 m apart, centred under the foot
 
+# The pose term's weights per joint: the knees may bend freely, hips and thighs less so.
+POSE_WEIGHTS = np.tile([1.0, 1.0, 0.1], 4)
+
 # Reward terms and their default weights (legged_gym's base and A1 configurations; weights
 # multiply the term and dt).
 REWARD_TERMS = {
@@ -93,12 +96,13 @@ REWARD_TERMS = {
     "torques": -0.0002,  # sum of torque^2
     "dof_acc": -2.5e-7,  # sum of joint acceleration^2
     "action_rate": -0.01,  # |a - a_prev|^2
-    "feet_air_time": 1.0,  # sum over touchdowns of (air time - 0.5 s), while commanded to move
+    "feet_air_time": 1.0,  # sum over touchdowns of (air time - air_time_target), when moving
     "collision": -1.0,  # leg links (not feet) touching the ground, counted per leg
     "termination": -0.0,  # 1 on a fall
     "stand_still": -0.0,  # sum |q - stand| when the command is zero
     "dof_pos_limits": -0.0,  # how far joints pass 90% of their range (rad)
     "base_height": -0.0,  # (trunk height above the feet - base_height_target)^2
+    "pose": 0.0,  # exp(-sum w (q - stand)^2), w = 1, 1, 0.1 per hip, thigh, knee (Playground)
 }
 
 DEFAULT_COMMANDS = {
@@ -147,6 +151,8 @@ class QuadrupedEnv(gym.Env):
             ends episodes on trunk contact only: a knee on the ground is not yet a fall.
         base_height_target: trunk height above the feet (m) the base_height term asks for
             (0.27 m on the standing pose's targets, the knees sagging under the trunk's weight).
+        air_time_target: the air time (s) a step must last for the feet_air_time term to be
+            positive (legged_gym: 0.5 s; MuJoCo Playground's Go1: 0.1 s).
         render_mode, width, height, camera_name: `rgb_array` frames (camera "track" follows
             the robot).
     """
@@ -172,6 +178,7 @@ class QuadrupedEnv(gym.Env):
         fall_tilt: float = 1.0,
         fall_contacts: list[str] | tuple[str, ...] = ("trunk", "hip"),
         base_height_target: float = 0.28,
+        air_time_target: float = 0.5,
         render_mode: str | None = None,
         width: int = 480,
         height: int = 360,
@@ -204,6 +211,7 @@ class QuadrupedEnv(gym.Env):
         tc.unknown_names(fall_contacts, ("trunk", "hip", "thigh", "calf"), "fall_contacts")
         self.fall_contacts = tuple(fall_contacts)
         self.base_height_target = tc.number(base_height_target, "base_height_target", 0.1, 0.4)
+        self.air_time_target = tc.number(air_time_target, "air_time_target", 0.0, 2.0)
         if terrain not in ("flat", "rough"):
             raise tc.TaskConfigError("terrain", f"got {terrain!r}, allowed: flat, rough")
         if terrain == "flat" and terrain_options:
@@ -353,7 +361,8 @@ class QuadrupedEnv(gym.Env):
 
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
         m, d = self.model, self.data
-        np.clip(action, -5.0, 5.0, out=self.action)
+        # Clipped to the action space (minimum/maximum: np.clip's float32 -> float64 path is slow).
+        np.maximum(np.minimum(action, 5.0, out=self.action), -5.0, out=self.action)
         applied = self.delay.push(self.action)
         np.multiply(applied, self.action_scale, out=self._target)
         self._target += STAND
@@ -405,11 +414,11 @@ class QuadrupedEnv(gym.Env):
         err_yaw = cyaw - wz
         moving = cx * cx + cy * cy > 0.01
         fell = self._body_contact or -gz < self.fall_cos
-        # Feet air time (legged_gym): reward each touchdown by its air time minus 0.5 s.
+        # Feet air time (legged_gym): reward each touchdown by its air time minus a target.
         touch = self.contacts | self.last_contacts
         first = (self.air_time > 0.0) & touch
         self.air_time += dt
-        air = float(np.dot(self.air_time - 0.5, first)) if moving else 0.0
+        air = float(np.dot(self.air_time - self.air_time_target, first)) if moving else 0.0
         self.air_time *= ~touch
         on = self._enabled
         tmp = self._tmp
@@ -430,6 +439,7 @@ class QuadrupedEnv(gym.Env):
             0.0,
             0.0,
             0.0,
+            0.0,
         ]
         if on[6]:  # dof_acc
             np.subtract(self._qd, self.last_qd, out=tmp)
@@ -447,6 +457,10 @@ class QuadrupedEnv(gym.Env):
         if on[13]:  # base_height, above the feet
             feet_z = d.geom_xpos[self.feet, 2].mean() - self.foot_radius
             values[13] = (d.qpos[2] - feet_z - self.base_height_target) ** 2
+        if on[14]:  # pose
+            np.subtract(self._q, STAND, out=tmp)
+            tmp *= tmp
+            values[14] = math.exp(-float(np.dot(tmp, POSE_WEIGHTS)))
         weighted = np.take(values, self._term_ids) * self._weights_dt
         self._prev_action[:] = self.action
         self.episode_terms += weighted

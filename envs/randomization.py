@@ -245,21 +245,37 @@ class Pushes:
 
 class ObservationNoise:
     """Additive noise on observation keys: uniform in [-scale, scale] or Gaussian of std
-    `scale`, one scale per key (in the key's own units)."""
+    `scale`, one scale per key (in the key's own units). One draw per step covers every
+    noisy key, in the order the scales were given."""
 
     def __init__(self, scales: dict[str, float], distribution: str = "uniform") -> None:
         self.scales = {k: float(v) for k, v in scales.items() if float(v) > 0.0}
         self.gaussian = distribution == "gaussian"
+        self._layout: list[tuple[str, slice]] | None = None
+
+    def _plan(self, obs: dict[str, np.ndarray]) -> None:
+        """Where each key's noise sits in the one draw, and its scale per entry."""
+        layout, scale, start = [], [], 0
+        for key, s in self.scales.items():
+            size = obs[key].size
+            layout.append((key, slice(start, start + size)))
+            scale.append(np.full(size, s))
+            start += size
+        self._layout = layout
+        self._scale = np.concatenate(scale) if scale else np.zeros(0)
 
     def apply(self, obs: dict[str, np.ndarray], rng: np.random.Generator) -> None:
-        """Add noise to `obs` in place (float32 arrays)."""
-        for key, scale in self.scales.items():
+        """Add noise to `obs` in place (its arrays keep their dtype and shape)."""
+        if not self.scales:
+            return
+        if self._layout is None:
+            self._plan(obs)
+        n = self._scale.size
+        noise = rng.standard_normal(n) if self.gaussian else rng.uniform(-1.0, 1.0, n)
+        noise *= self._scale
+        for key, part in self._layout:
             value = obs[key]
-            if self.gaussian:
-                noise = rng.normal(0.0, scale, value.shape)
-            else:
-                noise = rng.uniform(-scale, scale, value.shape)
-            value += noise.astype(value.dtype)
+            value += noise[part].reshape(value.shape).astype(value.dtype, copy=False)
 
 
 class ActionDelay:
