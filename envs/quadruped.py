@@ -4,7 +4,7 @@ commands, trained with the tools that carry a policy to hardware.
 The policy acts at 50 Hz: its action (12,) offsets the joint targets from the standing pose,
 target = stand + action_scale * action, and a PD loop computed here at every 200 Hz physics
 step turns targets into torques, torque = strength * clip(kp*(target - q) - kd*qd, limits)
-(legged_gym's A1/Go1 gains: kp 20, kd 0.5, action scale 0.25).
+(MuJoCo Playground's Go1 gains: kp 35, kd 0.5, action scale 0.5; see KP below).
 
 Observation: a Dict of flat float32 vectors. The robot's own sensors (the actor's keys):
 base_ang_vel (3, rad/s, body frame), projected_gravity (3), command (3: vx, vy m/s and yaw
@@ -56,8 +56,13 @@ LEGS = ("FR", "FL", "RR", "RL")
 STAND = np.array([-0.1, 0.8, -1.5, 0.1, 0.8, -1.5, -0.1, 1.0, -1.5, 0.1, 1.0, -1.5])
 # Torque limits (N m) of the hip, thigh and knee motors: MuJoCo Menagerie's Go1.
 TORQUE_LIMIT = np.tile([23.7, 23.7, 35.55], 4)
-KP, KD = 20.0, 0.5  # legged_gym's A1 stiffness (N m/rad) and damping (N m s/rad)
-ACTION_SCALE = 0.25  # legged_gym's A1
+# PD gains (N m/rad, N m s/rad) and action scale of MuJoCo Playground's Go1 joystick task
+# (google-deepmind/mujoco_playground, locomotion/go1/joystick.py), which models the rotors'
+# inertia as this MJCF does (armature 0.01). legged_gym's A1/Go1 values (kp 20, kd 0.5, scale
+# 0.25, tuned in Isaac Gym without armature) are softer: here an open-loop 2 Hz trot with them
+# never lifts a foot and the trunk sinks to 0.20 m, where kp 35 walks at 0.4-0.5 m/s.
+KP, KD = 35.0, 0.5
+ACTION_SCALE = 0.5
 DECIMATION = 4  # physics steps per policy step: 200 Hz physics, 50 Hz policy
 # The largest |command| this robot is given (vx, vy m/s, yaw rate rad/s): a trot of a 12 kg
 # robot with 0.213 m links; command ranges beyond them are refused.

@@ -13,8 +13,10 @@ percentiles are printed at the end.
     python scripts/deploy_quadruped.py policy.onnx --schedule 0,1,0,0 5,0,0,1 10,0,0,0 \\
         --noise joint_vel=1.5 --noise base_ang_vel=0.2 --delay 1 --record run.npz
 
-The ONNX file's JSON (written beside it by `export`) names the policy's inputs; `--record`
-saves every observation the policy was given and every action it returned.
+The ONNX file's JSON (written beside it by `export`) names the policy's inputs; `--config`
+takes the gains, action scale, sensor noise and delay of a run's config.yaml (its env.kwargs)
+instead of the defaults below; `--record` saves every observation the policy was given and
+every action it returned.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ MJCF = Path(__file__).resolve().parent.parent / "envs" / "assets" / "quadruped.x
 # The robot, as its control stack knows it (the same numbers as the training task):
 # standing pose per leg FR, FL, RR, RL (hip, thigh, knee; rad), legged_gym's A1 pose;
 STAND = np.array([-0.1, 0.8, -1.5, 0.1, 0.8, -1.5, -0.1, 1.0, -1.5, 0.1, 1.0, -1.5])
-# motor torque limits (N m), MuJoCo Menagerie's Go1; PD gains and action scale, legged_gym's A1.
+# motor torque limits (N m), MuJoCo Menagerie's Go1; PD gains and action scale, MuJoCo
+# Playground's Go1.
 TORQUE_LIMIT = np.tile([23.7, 23.7, 35.55], 4)
-KP, KD, ACTION_SCALE = 20.0, 0.5, 0.25
+KP, KD, ACTION_SCALE = 35.0, 0.5, 0.5
 PHYSICS_DT, DECIMATION = 0.005, 4  # 200 Hz PD loop, 50 Hz policy
 ACTION_CLIP = 5.0  # the action space's bounds
 SENSOR_KEYS = (
@@ -156,7 +159,30 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--realtime", action="store_true", help="pace the loop to the wall clock")
     p.add_argument("--record", type=Path, default=None, help="save observations and actions (.npz)")
     p.add_argument("--mjcf", type=Path, default=MJCF)
-    return p.parse_args()
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a run's config.yaml: its env.kwargs' kp, kd, "
+        "action_scale, noise and action_delay (flags given explicitly still win)",
+    )
+    args = p.parse_args()
+    if args.config is not None:
+        import yaml  # only for reading a run's config
+
+        kwargs = (yaml.safe_load(args.config.read_text()).get("env") or {}).get("kwargs") or {}
+        given = {a.split("=")[0] for a in __import__("sys").argv[1:] if a.startswith("--")}
+        for name, flag in (("kp", "--kp"), ("kd", "--kd"), ("action_scale", "--action-scale")):
+            if name in kwargs and flag not in given:
+                setattr(args, name, float(kwargs[name]))
+        if "--noise" not in given:
+            noise = (kwargs.get("noise") or {}).items()
+            args.noise = [f"{k}={v}" for k, v in noise if k in SENSOR_KEYS]
+        delay = kwargs.get("action_delay", 0)
+        if "--delay" not in given:
+            # A range of delays in training: deploy with the largest.
+            args.delay = int(max(delay) if isinstance(delay, list) else delay)
+    return args
 
 
 def main() -> None:

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 from embodied_ppo_envs import TaskConfigError
 from embodied_ppo_envs.quadruped import (
+    ACTION_SCALE,
     ACTOR_KEYS,
+    KD,
+    KP,
     PRIVILEGED_KEYS,
     REWARD_TERMS,
     STAND,
@@ -110,9 +113,9 @@ def test_pd_loop_gives_the_clipped_scaled_torque_of_the_last_physics_step():
     inner.load_state_dict(state)
     d, m = inner.data, inner.model
     strength, kp, kd = inner.actuator_scales
-    target = STAND + 0.25 * action.astype(np.float64)
+    target = STAND + ACTION_SCALE * action.astype(np.float64)
     for _ in range(4):
-        tau = 20.0 * kp * (target - d.qpos[7:]) - 0.5 * kd * d.qvel[6:]
+        tau = KP * kp * (target - d.qpos[7:]) - KD * kd * d.qvel[6:]
         d.ctrl[:] = strength * np.clip(tau, -TORQUE_LIMIT, TORQUE_LIMIT)
         mujoco.mj_step(m, d)
     np.testing.assert_allclose(ctrl, d.ctrl, rtol=0, atol=1e-12)
