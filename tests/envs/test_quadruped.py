@@ -283,3 +283,25 @@ def test_bad_task_arguments_name_their_key(kwargs, key, words):
 def test_the_tasks_are_registered_apart_from_the_arm_tasks():
     for env_id in embodied_ppo_envs.LEGGED_TASKS:
         assert env_id in gym.registry and env_id not in embodied_ppo_envs.TASKS
+
+
+@pytest.mark.parametrize("thigh_ends_it", [False, True])
+def test_knees_on_the_ground_are_collisions_unless_thighs_end_episodes(thigh_ends_it):
+    contacts = ["trunk", "hip", "thigh"] if thigh_ends_it else ["trunk", "hip"]
+    env = gym.make(FLAT, fall_contacts=contacts, only_positive_rewards=False)
+    inner = env.unwrapped
+    env.reset(seed=0)
+    # Kneeling: thighs straight down, calves folded up, the trunk a knee's length up.
+    kneel = np.tile([0.0, 0.0, -2.7], 4) + np.tile([1, 0, 0], 4) * STAND
+    inner.data.qpos[2] = 0.23
+    inner.data.qpos[3:7] = [1, 0, 0, 0]
+    inner.data.qpos[7:] = kneel
+    inner.data.qvel[:] = 0
+    action = ((kneel - STAND) / ACTION_SCALE).astype(np.float32)
+    for _ in range(5):
+        _, _, terminated, _, info = env.step(action)
+        if terminated:
+            break
+    assert terminated == thigh_ends_it
+    if not thigh_ends_it:
+        assert info["log"]["rewards/collision"] < 0  # four knees, counted per leg
