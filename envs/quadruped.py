@@ -339,7 +339,9 @@ class QuadrupedEnv(gym.Env):
         d.qpos[:3] = x, y, z + SPAWN_HEIGHT
         d.qpos[3:7] = math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)
         d.qpos[7:] = STAND + rng.uniform(-0.1, 0.1, 12)
-        d.qvel[:6] = rng.uniform(-0.2, 0.2, 6)
+        # The trunk starts moving (MuJoCo Playground's Go1: +-0.5 m/s and rad/s per axis), so
+        # policies learn to walk from motion too, not only to start from rest.
+        d.qvel[:6] = rng.uniform(-0.5, 0.5, 6)
         mujoco.mj_forward(m, d)
         self.commands.reset(self.rngs["commands"])
         self.delay.reset(self.rngs["delay"])
