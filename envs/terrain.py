@@ -20,6 +20,7 @@ import numpy as np
 from embodied_ppo_envs import taskconfig as tc
 
 KINDS = ("slope", "rough_slope", "stairs_up", "stairs_down", "obstacles")
+BORDER = 30.0  # m of flat ground around the map: more than a 20 s episode walks at 1 m/s
 
 
 class FlatTerrain:
@@ -156,12 +157,32 @@ class RoughTerrain:
         floor.type = mujoco.mjtGeom.mjGEOM_HFIELD
         floor.hfieldname = "terrain"
         floor.pos = [0.0, 0.0, low]
+        # Flat ground around the map (its cells meet their neighbours at height 0), so a robot
+        # that walks off the map keeps walking instead of falling into the void.
+        half_x, half_y, margin = self.size_x / 2, self.size_y / 2, BORDER
+        for name, cx, cy, sx, sy in (
+            ("border_x+", half_x + margin / 2, 0.0, margin / 2, half_y + margin),
+            ("border_x-", -half_x - margin / 2, 0.0, margin / 2, half_y + margin),
+            ("border_y+", 0.0, half_y + margin / 2, half_x, margin / 2),
+            ("border_y-", 0.0, -half_y - margin / 2, half_x, margin / 2),
+        ):
+            spec.worldbody.add_geom(
+                name=name,
+                type=mujoco.mjtGeom.mjGEOM_BOX,
+                size=[sx, sy, 0.5],
+                pos=[cx, cy, -0.5],
+                contype=1,
+                conaffinity=0,
+                material="ground",
+            )
 
     def height_at(self, xy: np.ndarray, out: np.ndarray) -> None:
-        """Ground heights at points `xy` (..., 2), bilinear between samples, into `out` (...)."""
+        """Ground heights at points `xy` (..., 2), bilinear between samples, into `out` (...);
+        0 on the flat border around the map."""
         # MuJoCo spreads nx samples evenly over the map's width, the first and last on its edges.
         fx = (xy[..., 0] - self.x0) * ((self.nx - 1) / self.size_x)
         fy = (xy[..., 1] - self.y0) * ((self.ny - 1) / self.size_y)
+        outside = (fx < 0) | (fx > self.nx - 1) | (fy < 0) | (fy > self.ny - 1)
         fx = np.clip(fx, 0.0, self.nx - 1.001)
         fy = np.clip(fy, 0.0, self.ny - 1.001)
         ix, iy = fx.astype(np.int64), fy.astype(np.int64)
@@ -173,6 +194,7 @@ class RoughTerrain:
             + h[iy + 1, ix] * (1 - tx) * ty
             + h[iy + 1, ix + 1] * tx * ty
         )
+        out[outside] = 0.0
 
     def spawn(self, level: int, rng: np.random.Generator) -> tuple[float, float, float]:
         """A start point on the platform of a random cell of `level`."""

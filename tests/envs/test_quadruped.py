@@ -249,12 +249,23 @@ def test_the_heightfield_is_where_the_terrain_says():
     heights = np.zeros(20)
     inner.terrain.height_at(points, heights)
     floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+    # Beyond the map: the flat border, at height 0.
+    points = np.concatenate([points, [[-30.0, 0.0], [0.0, 30.0], [25.0, -25.0]]])
+    heights = np.concatenate([heights, np.zeros(3)])
+    outside = np.zeros(3)
+    inner.terrain.height_at(points[-3:], outside)
+    np.testing.assert_array_equal(outside, 0.0)
+    border = {
+        mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, f"border_{s}")
+        for s in ("x+", "x-", "y+", "y-")
+    }
     for (x, y), h in zip(points, heights):
         # A ray cast down from above the map hits the heightfield at the terrain's height.
         geomid = np.zeros(1, np.int32)
         start, down = np.array([x, y, 5.0]), np.array([0, 0, -1.0])
         dist = mujoco.mj_ray(m, d, start, down, None, 1, -1, geomid)
-        assert geomid[0] == floor
+        inside = abs(x) < inner.terrain.size_x / 2 and abs(y) < inner.terrain.size_y / 2
+        assert geomid[0] == floor if inside else geomid[0] in border
         assert 5.0 - dist == pytest.approx(h, abs=0.06)
 
 
