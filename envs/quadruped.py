@@ -121,7 +121,8 @@ DEFAULT_COMMANDS = {
 
 
 def _new_episode(x: float, y: float) -> dict[str, float]:
-    """Running sums of an episode: steps, tracking errors, fall, start point, distance asked."""
+    """Running sums of an episode: steps, tracking errors, fall, start point, the distance
+    its commands asked for and the distance its trunk travelled (m, along its path)."""
     return {
         "steps": 0,
         "err_lin": 0.0,
@@ -130,6 +131,7 @@ def _new_episode(x: float, y: float) -> dict[str, float]:
         "start_x": x,
         "start_y": y,
         "commanded": 0.0,
+        "path": 0.0,
     }
 
 
@@ -364,7 +366,7 @@ class QuadrupedEnv(gym.Env):
         self.commands.end_episode(ep["err_lin"] / steps, fell)
         d = self.data
         walked = math.hypot(d.qpos[0] - ep["start_x"], d.qpos[1] - ep["start_y"])
-        self.level = self.terrain.next_level(self.level, walked, ep["commanded"], fell)
+        self.level = self.terrain.next_level(self.level, walked, ep["path"], ep["commanded"], fell)
 
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
         m, d = self.model, self.data
@@ -481,6 +483,7 @@ class QuadrupedEnv(gym.Env):
         ep["err_yaw"] += abs(err_yaw)
         ep["fell"] = float(fell)
         ep["commanded"] += math.sqrt(cx * cx + cy * cy) * dt
+        ep["path"] += math.sqrt(vx * vx + vy * vy) * dt
         return total, fell
 
     def _observation(self) -> dict[str, np.ndarray]:

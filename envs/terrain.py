@@ -35,7 +35,9 @@ class FlatTerrain:
     def spawn(self, level: int, rng: np.random.Generator) -> tuple[float, float, float]:
         return 0.0, 0.0, 0.0
 
-    def next_level(self, level: int, walked: float, commanded: float, fell: bool) -> int:
+    def next_level(
+        self, level: int, walked: float, path: float, commanded: float, fell: bool
+    ) -> int:
         return 0
 
 
@@ -207,12 +209,16 @@ class RoughTerrain:
         self.height_at(np.array([[x, y]]), z)
         return float(x), float(y), float(z[0])
 
-    def next_level(self, level: int, walked: float, commanded: float, fell: bool) -> int:
-        """The level after an episode: up after walking out of the cell's centre, down after
-        a fall or falling short of half the commanded distance (m)."""
+    def next_level(
+        self, level: int, walked: float, path: float, commanded: float, fell: bool
+    ) -> int:
+        """The level after an episode: up after ending more than half a cell from the start
+        (`walked`, m), down after a fall or a `path` (m travelled) shorter than half the
+        distance the commands asked for (commands that turn back make the straight-line
+        distance a poor measure of tracking, so the path is used)."""
         if not self.options.curriculum:
             return level
-        if fell or walked < 0.5 * commanded:
+        if fell or path < 0.5 * commanded:
             return max(0, level - 1)
         if walked > self.options.cell_size / 2:
             return min(self.levels - 1, level + 1)

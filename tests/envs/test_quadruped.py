@@ -225,11 +225,13 @@ def test_rough_terrain_levels_follow_the_walked_distance():
     obs, info = env.reset(seed=0)
     assert info["log"]["metrics/terrain_level"] == 1.0
     terrain = inner.terrain
-    assert terrain.next_level(1, walked=4.0, commanded=5.0, fell=False) == 2
-    assert terrain.next_level(3, walked=4.0, commanded=5.0, fell=False) == 3  # the top stays
-    assert terrain.next_level(1, walked=1.0, commanded=5.0, fell=False) == 0
-    assert terrain.next_level(1, walked=4.0, commanded=5.0, fell=True) == 0
-    assert terrain.next_level(1, walked=1.5, commanded=2.0, fell=False) == 1
+    assert terrain.next_level(1, walked=4.0, path=5, commanded=5.0, fell=False) == 2
+    assert terrain.next_level(3, walked=4.0, path=5, commanded=5.0, fell=False) == 3  # the top
+    assert terrain.next_level(1, walked=1.0, path=2, commanded=5.0, fell=False) == 0
+    assert terrain.next_level(1, walked=4.0, path=5, commanded=5.0, fell=True) == 0
+    assert terrain.next_level(1, walked=1.5, path=2, commanded=2.0, fell=False) == 1
+    # Out and back: near the start, but along the commanded path: the level stays.
+    assert terrain.next_level(1, walked=0.5, path=9, commanded=10.0, fell=False) == 1
     # The scan sees the ground under the feet: about the foot's height above it at reset.
     assert np.abs(obs["height_scan"].reshape(4, 9)[:, 4]).max() < 0.05
     # Harder levels are rougher: the spread of heights grows with the level.
