@@ -2,7 +2,10 @@
 
 A command is (forward velocity m/s, lateral velocity m/s, yaw rate rad/s) in the robot's
 heading frame. Random commands are drawn at every episode start and again every `resample_s`
-seconds; with probability `stand_prob` a draw is zero (stand still). A curriculum starts the
+seconds; with probability `stand_prob` a draw is zero (stand still), and each component is
+zeroed on its own with probability `zero_prob` (so pure forward walks, side steps and turns in
+place come up often, as a joystick gives them: MuJoCo Playground's Go1 does the same). A
+curriculum starts the
 ranges at a fraction of their configured width and widens them after every episode whose mean
 linear tracking error stayed below a threshold. A schedule (`[[t, vx, vy, yaw], ...]`) replaces
 the draws by fixed commands, each from its time (seconds into the episode) to the next.
@@ -36,6 +39,7 @@ class CommandSpec:
     ranges: tuple[tuple[float, float], ...]  # one (low, high) per command
     resample_s: float
     stand_prob: float
+    zero_prob: tuple[float, float, float]
     curriculum: Curriculum | None
     schedule: tuple[tuple[float, float, float, float], ...] | None
 
@@ -46,7 +50,7 @@ def parse_commands(
     """Check `commands` and `command_schedule` kwargs against the robot's `limits` (the largest
     |command| of each kind it is meant for); raises TaskConfigError naming the key."""
     given = tc.mapping(value, "commands")
-    allowed = [*COMMAND_NAMES, "resample_s", "stand_prob", "curriculum"]
+    allowed = [*COMMAND_NAMES, "resample_s", "stand_prob", "zero_prob", "curriculum"]
     tc.unknown_names(given, allowed, "commands")
     merged = {**defaults, **given}
     ranges = []
@@ -54,6 +58,11 @@ def parse_commands(
         ranges.append(tc.value_range(merged[name], f"commands.{name}", -limit, limit))
     resample_s = tc.number(merged["resample_s"], "commands.resample_s", low=0.02)
     stand_prob = tc.number(merged["stand_prob"], "commands.stand_prob", 0.0, 1.0)
+    zero = merged.get("zero_prob", [0.0, 0.0, 0.0])
+    zero_prob = tuple(
+        tc.number(p, f"commands.zero_prob[{i}]", 0.0, 1.0)
+        for i, p in enumerate(tc.vector(zero, "commands.zero_prob", 3))
+    )
     curriculum = None
     raw = merged.get("curriculum")
     if raw is True:
@@ -68,7 +77,12 @@ def parse_commands(
             tc.number(options.get("max_error", base.max_error), "commands.curriculum.max_error", 0),
         )
     return CommandSpec(
-        tuple(ranges), resample_s, stand_prob, curriculum, _parse_schedule(schedule, limits)
+        tuple(ranges),
+        resample_s,
+        stand_prob,
+        zero_prob,  # type: ignore[arg-type]
+        curriculum,
+        _parse_schedule(schedule, limits),
     )
 
 
@@ -112,9 +126,11 @@ class VelocityCommands:
 
     def _draw(self, rng: np.random.Generator) -> None:
         ranges = self.ranges()
-        # Both draws always happen, so the stream does not depend on the outcome.
+        # Every draw always happens, so the stream does not depend on the outcomes.
         stand = rng.random() < self.spec.stand_prob
         draw = rng.uniform(ranges[:, 0], ranges[:, 1])
+        if any(self.spec.zero_prob):
+            draw[rng.random(3) < self.spec.zero_prob] = 0.0
         self.command[:] = 0.0 if stand else draw
 
     def reset(self, rng: np.random.Generator) -> None:

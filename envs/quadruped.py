@@ -116,6 +116,7 @@ DEFAULT_COMMANDS = {
     "yaw_rate": [-1.0, 1.0],
     "resample_s": 10.0,
     "stand_prob": 0.1,
+    "zero_prob": [0.0, 0.0, 0.0],
     "curriculum": None,
 }
 
@@ -141,7 +142,8 @@ class QuadrupedEnv(gym.Env):
     Args:
         terrain: "flat" or "rough"; `terrain_options` configure the rough terrain (terrain.py).
         commands: command ranges ([low, high] for lin_vel_x, lin_vel_y, yaw_rate), resample_s,
-            stand_prob and curriculum (true, or {initial, step, max_error}).
+            stand_prob, zero_prob (per component) and curriculum (true, or {initial, step,
+            max_error}).
         command_schedule: [[time_s, vx, vy, yaw_rate], ...] replaces random commands.
         rewards: weights by term (merged over `REWARD_TERMS`; an unknown term is refused).
         tracking_sigma: width of the tracking kernels ((m/s)^2 and (rad/s)^2).

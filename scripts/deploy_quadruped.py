@@ -80,6 +80,14 @@ class Robot:
         self.data.ctrl[:] = torque
         mujoco.mj_step(self.model, self.data)
 
+    def velocity(self) -> np.ndarray:
+        """The trunk's true velocity (vx, vy in m/s in its frame, yaw rate in rad/s): the
+        simulator's, for the report (a robot would estimate it)."""
+        mujoco.mju_negQuat(self._qinv, self.data.qpos[3:7])
+        linear = np.zeros(3)
+        mujoco.mju_rotVecQuat(linear, self.data.qvel[:3], self._qinv)
+        return np.array([linear[0], linear[1], self.data.qvel[5]])
+
     def tilt(self) -> float:
         """Angle (rad) between the trunk's vertical and the world's."""
         _, gravity = self.imu()
@@ -211,6 +219,7 @@ def main() -> None:
     last_action = np.zeros(12)
     pending = [np.zeros(12)] * args.delay  # actions on their way to the motors
     record: dict[str, list[np.ndarray]] = {k: [] for k in (*SENSOR_KEYS, "action")}
+    measured = []  # the true velocity after each policy step
     steps = round(args.seconds / (PHYSICS_DT * DECIMATION))
     wall = time.perf_counter()
     fell_at = None
@@ -240,6 +249,7 @@ def main() -> None:
         for _ in range(DECIMATION):
             q, qd = robot.encoders()
             robot.apply(pd.torque(target, q, qd))
+        measured.append(robot.velocity())
         if fell_at is None and robot.tilt() > 1.0:
             fell_at = t
         if args.realtime:
@@ -256,6 +266,19 @@ def main() -> None:
         f"inference latency: p50 {np.percentile(latency, 50):.3f} ms, "
         f"p99 {np.percentile(latency, 99):.3f} ms, max {latency.max():.3f} ms"
     )
+    # Tracking per command of the schedule, over the second half of its span (after the gait
+    # has settled).
+    dt = PHYSICS_DT * DECIMATION
+    times = [row[0] for row in commander.schedule] + [steps * dt]
+    for (start, *command), end in zip(commander.schedule, times[1:]):
+        lo, hi = round((start + end) / 2 / dt), round(end / dt)
+        if hi > lo:
+            mean = np.mean(measured[lo:hi], axis=0)
+            print(
+                f"  command vx {command[0]:+.2f} vy {command[1]:+.2f} yaw {command[2]:+.2f} "
+                f"from {start:g} s: measured vx {mean[0]:+.2f} vy {mean[1]:+.2f} "
+                f"yaw {mean[2]:+.2f} (mean over {(hi - lo) * dt:.1f} s)"
+            )
     if args.record is not None:
         np.savez(args.record, **{k: np.stack(v) for k, v in record.items()})
         print(f"recorded {steps} observations and actions to {args.record}")

@@ -318,3 +318,12 @@ def test_knees_on_the_ground_are_collisions_unless_thighs_end_episodes(thigh_end
     assert terminated == thigh_ends_it
     if not thigh_ends_it:
         assert info["log"]["rewards/collision"] < 0  # four knees, counted per leg
+
+
+def test_zero_prob_zeroes_each_command_component_on_its_own():
+    commands = {"resample_s": 0.02, "stand_prob": 0.0, "zero_prob": [0.0, 1.0, 0.5]}
+    env = gym.make(FLAT, commands=commands)
+    env.reset(seed=0)
+    seen = np.array([env.step(np.zeros(12, np.float32))[0]["command"] for _ in range(300)])
+    assert np.all(seen[:, 0] != 0) and np.all(seen[:, 1] == 0)
+    assert 0.4 < np.mean(seen[:, 2] == 0) < 0.6
