@@ -8,6 +8,7 @@ from typing import Any
 
 import mujoco
 import numpy as np
+from embodied_ppo_envs.camera import OffscreenCamera
 from embodied_ppo_envs.reach import ReachEnv
 from gymnasium import spaces
 
@@ -64,7 +65,7 @@ class ReachPixelsEnv(ReachEnv):
         **mujoco_kwargs: Any,
     ) -> None:
         self.image_size = image_size
-        self._camera: mujoco.Renderer | None = None
+        self._camera: OffscreenCamera | None = None
         space = spaces.Dict(
             {
                 "image": spaces.Box(0, 255, (image_size, image_size, 3), np.uint8),
@@ -95,13 +96,13 @@ class ReachPixelsEnv(ReachEnv):
             # no shadows, reflections or multisampling, and coarse meshes (the full-size
             # settings, for videos, take ~50 ms a frame in a software renderer). See
             # camera_model for what the meshes cost.
-            self._camera = mujoco.Renderer(
-                camera_model(self.model, self.image_size), self.image_size, self.image_size
+            self._camera = OffscreenCamera(
+                camera_model(self.model, self.image_size),
+                self.image_size,
+                "top",
+                flags_off=(mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION),
             )
-        self._camera.update_scene(self.data, camera="top")
-        for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
-            self._camera.scene.flags[flag] = False
-        return self._camera.render().copy()
+        return self._camera.render(self.data)
 
     def _get_obs(self) -> dict[str, np.ndarray]:
         return {

@@ -122,7 +122,7 @@ import numpy as np
 import torch
 import gymnasium as gym
 import embodied_ppo_envs  # registers the tasks
-from embodied_ppo.evaluation import eval_seeds
+from embodied_ppo.runner.episodes import eval_seeds
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize

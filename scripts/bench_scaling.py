@@ -28,7 +28,7 @@ def pinned_main() -> None:
     core = int(os.environ.get("LOCAL_RANK", "0")) % os.cpu_count()
     os.sched_setaffinity(0, {core})
     sys.argv = ["embodied-ppo", *sys.argv[2:]]
-    from embodied_ppo.cli import main
+    from embodied_ppo.app.cli import main
 
     main()
 
@@ -46,7 +46,7 @@ def steps_per_second(run_dir: Path) -> float:
 
 
 def run(nproc: int, config: str, iterations: int, overrides: list[str]) -> float:
-    from embodied_ppo.config import load_config
+    from embodied_ppo.config.loading import load_config
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"

@@ -62,7 +62,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
     """The shared hyperparameters every contender uses."""
     if args.config:
         sys.path.insert(0, str(ROOT))
-        from embodied_ppo.config import load_config
+        from embodied_ppo.config.loading import load_config
 
         cfg = load_config(args.config)
         return {
@@ -112,7 +112,7 @@ def settings_from_args(args: argparse.Namespace) -> dict:
 
 
 def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
-    from embodied_ppo.config import from_dict
+    from embodied_ppo.config.building import from_dict
 
     return from_dict(
         {
@@ -166,8 +166,8 @@ def raw_rollouts(s: dict, iterations: int, collector=None):
     actions; the collector's env when given, its next observation then updated)."""
     import numpy as np
 
-    from embodied_ppo.config import EnvConfig
-    from embodied_ppo.vecenv import make_env
+    from embodied_ppo.config.schema import EnvConfig
+    from embodied_ppo.env import make_env
 
     env_cfg = EnvConfig(
         id=s["env"],
@@ -217,7 +217,7 @@ def worker(name: str, s: dict, iterations: int, threads: int | None) -> dict:
         elapsed = time.perf_counter() - start
         return {"steps": iterations * batch, "seconds": elapsed}
     if name in ("ours_collect", "ours_train", "collect_pair"):
-        from embodied_ppo.trainer import Trainer
+        from embodied_ppo.runner.trainer import Trainer
 
         with tempfile.TemporaryDirectory() as tmp:
             cfg = ours_config(s, iterations + 1, str(Path(tmp) / "run"), threads)

@@ -93,8 +93,8 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
 
         inductor_config.cpp.enable_kernel_profile = True
 
-    from embodied_ppo.config import AlgorithmConfig, OptimConfig
-    from embodied_ppo.modules.actor_critic import ActorCritic
+    from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
+    from embodied_ppo.model.actor_critic import ActorCritic
 
     obs_dim, act_dim, hidden, mb, rows = SHAPES[shape]
     spec = {
@@ -128,21 +128,24 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
     optim = OptimConfig()
     if contender == "baseline":  # the numpy update of an earlier checkout, as it chose it
         from embodied_ppo.host_update import make_updater
-
-        from embodied_ppo.ppo import make_optimizer
+        from embodied_ppo.ppo import make_optimizer  # the earlier checkout's layout
 
         upd = make_updater(
             policy, algo, optim, make_optimizer(policy, optim), g, None, "auto", False
         )
         threads = "numpy BLAS: every core in the update"
     else:
-        from embodied_ppo.build import update_threads
-        from embodied_ppo.ppo import PPOUpdate, make_optimizer
+        from embodied_ppo.algo.settings import UpdateSettings
+        from embodied_ppo.algo.update import PPOUpdate, make_optimizer
+        from embodied_ppo.runner.build import update_threads
 
         n = update_threads(torch.device("cpu"), policy, mb)
         torch.set_num_threads(n)
         upd = PPOUpdate(
-            policy, algo, optim, make_optimizer(policy, optim), g, compile=contender == "compiled"
+            policy,
+            make_optimizer(policy, optim),
+            g,
+            UpdateSettings(algo, optim, compile=contender == "compiled"),
         )
         threads = f"torch: {n}"
     start = time.perf_counter()

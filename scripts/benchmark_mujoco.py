@@ -147,7 +147,7 @@ def config_digest(config: Path) -> str:
 
     import yaml
 
-    from embodied_ppo.validate import RESUMABLE_KEYS
+    from embodied_ppo.config.resume import RESUMABLE_KEYS
 
     data = yaml.safe_load(config.read_text())
     for key in RESUMABLE_KEYS:
@@ -225,7 +225,7 @@ def sb3_worker(
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from embodied_ppo.evaluation import eval_seeds
+    from embodied_ppo.runner.episodes import eval_seeds
 
     torch.set_num_threads(1)  # its faster setting on 2 cores (scripts/bench_throughput.py)
     hp = dict(SB3_ZOO[family(env_id)])

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from embodied_ppo.checkpoint import load_checkpoint  # noqa: E402
+from embodied_ppo.io.checkpoint import load_checkpoint  # noqa: E402
 
 # Small but not tiny: wide layers make each checkpoint a few MB, so writes take long enough to
 # be hit; one checkpoint per iteration; one torch thread so every process computes the same.

@@ -72,14 +72,14 @@ def main() -> None:
     import torch
     from threadpoolctl import threadpool_limits
 
-    from embodied_ppo.config import load_config
-    from embodied_ppo.errors import UserError
-    from embodied_ppo.trainer import Trainer
-    from embodied_ppo.vecenv import workers
-    from embodied_ppo.vecenv.workers import ProcessVectorEnv
+    from embodied_ppo.config.loading import load_config
+    from embodied_ppo.core.errors import UserError
+    from embodied_ppo.env import shared, workers
+    from embodied_ppo.env.workers import ProcessVectorEnv
+    from embodied_ppo.runner.trainer import Trainer
 
     if args.pipes:
-        workers.can_spin = lambda processes, threads: False
+        shared.can_spin = workers.can_spin = lambda processes, threads: False
 
     try:
         cfg = load_config(args.config, [*args.overrides, "trainer.compile=false"])
@@ -89,8 +89,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, Path(run_dir))
         collector, envs = trainer.collector, trainer.envs
-        timed(collector, "_act", clock, "inference")
-        timed(collector, "_values", clock, "values")
+        timed(collector.acting, "act", clock, "inference")
+        timed(collector.acting, "values", clock, "values")
         timed(envs, "step", clock, "envs.step")
         backend = getattr(envs, "env", None)  # the Gymnasium backends' vector env
         if backend is not None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-from embodied_ppo.config import Config, from_dict
+from embodied_ppo.config.building import from_dict
+from embodied_ppo.config.schema import Config
 
-os.environ.setdefault("MUJOCO_GL", "egl")
 torch.set_num_threads(1)
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from embodied_ppo import distributed
-from embodied_ppo.config import load_config
-from embodied_ppo.trainer import Trainer
+from embodied_ppo.config.loading import load_config
+from embodied_ppo.runner import distributed
+from embodied_ppo.runner.trainer import Trainer
 
 if __name__ == "__main__":
     config, out, *overrides = sys.argv[1:]

@@ -1,0 +1,375 @@
+"""One gradient step of the PPO update, written once in torch and compiled.
+
+A step is: the policy's forward pass on a minibatch, `losses.ppo_loss`, its gradient
+(`torch.func.grad` of that function), gradient clipping, and torch's own Adam on the optimizer's
+state. Nothing here re-implements the model, the loss or its gradient: speed comes from
+`torch.compile` fusing the whole step into a few kernels (and, on a GPU, from CUDA graphs where
+they apply). Without a working compiler, or with `trainer.compile: false`, the same functions run
+eagerly.
+
+A step the update must not take (a non-finite loss or gradient, or the minibatch that trips
+`early_stop_kl`) changes nothing: weights, Adam's moments and its step counts are left as they
+were, decided inside the step, so no host synchronization is needed to decide it.
+
+Each call returns one vector of metrics (see `minibatch_loss.metric_names`), so that what the
+update keeps of a step is one small tensor (which CUDA graphs would otherwise overwrite on their
+next replay).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Hashable, Iterator
+
+import torch
+from torch import Tensor
+from torch.optim.adam import adam as adam_step
+
+from embodied_ppo.algo.compiler import _await_probe, _is_compile_failure, _missing_compiler
+from embodied_ppo.algo.minibatch_loss import MinibatchLoss
+from embodied_ppo.algo.schedules import adapt_learning_rate
+from embodied_ppo.algo.settings import UpdateSettings
+from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
+from embodied_ppo.core.text import first_line
+from embodied_ppo.model.actor_critic import ActorCritic
+
+# Adam's flat state: (moments, second moments, step count).
+AdamState = tuple[Tensor, Tensor, Tensor]
+
+
+# The last three entries of `step`'s and `apply`'s vectors.
+STEP_FIELDS = ("grad_norm", "skipped", "nonfinite")
+
+
+class GradientStep:
+    """The update's gradient step for `policy` and `optimizer` (a torch.optim.Adam).
+
+    The trainable parameters live in one flat tensor (the module's parameters are views of it),
+    and so do Adam's moments (the optimizer's per-parameter state entries are views of those):
+    a step is one gradient vector, one clipping norm and one Adam update, and the compiled graph
+    has a handful of inputs. State dicts are unchanged (per-parameter tensors); a loaded
+    optimizer state is packed into the flat moments at the next step.
+
+    `grads` computes one (micro-)batch's gradient and metrics; `apply` clips a (summed)
+    gradient and takes the Adam step; `step` is both in one call (one compiled graph), for
+    minibatches that are neither split into micro-batches nor reduced across processes.
+
+    Args:
+        settings: the algorithm and optimizer blocks; `compile` compiles the step with
+            torch.compile (if compiling fails, no C++ compiler, no Triton, the step runs eagerly
+            after one note to `notes`).
+        reference: frozen reference policy of the KL loss (used when algo.use_kl_loss).
+    """
+
+    def __init__(
+        self,
+        policy: ActorCritic,
+        optimizer: torch.optim.Adam,
+        settings: UpdateSettings,
+        reference: ActorCritic | None = None,
+    ) -> None:
+        algo, optim, compile = settings.algo, settings.optim, settings.compile
+        notes = settings.notes
+        self.policy, self.optimizer, self.algo, self.optim = policy, optimizer, algo, optim
+        self.names = [n for n, p in policy.named_parameters() if p.requires_grad]
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        group = optimizer.param_groups[0]
+        if len(optimizer.param_groups) != 1 or [id(p) for p in group["params"]] != [
+            id(p) for p in self.params
+        ]:
+            raise ValueError("the optimizer must hold exactly the policy's trainable parameters")
+        if group.get("amsgrad") or group.get("maximize") or group.get("decoupled_weight_decay"):
+            raise ValueError("the gradient step takes Adam without amsgrad, maximize or AdamW")
+        self.betas, self.eps = group["betas"], group["eps"]
+        self.weight_decay = group["weight_decay"]
+        self.shapes = [p.shape for p in self.params]
+        self.sizes = [p.numel() for p in self.params]
+        # Where the Gaussian head's log-std parameter lies in the flat parameters: each step puts
+        # it back into [LOG_STD_MIN, LOG_STD_MAX] (past the forward pass's clamp it would get
+        # no gradient and stay there; below the floor the action noise rounds away).
+        offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self.log_std_slice = next(
+            (
+                slice(o, o + n)
+                for name, o, n in zip(self.names, offsets, self.sizes, strict=True)
+                if name == "log_std"
+            ),
+            None,
+        )
+        self.flat = torch.cat([p.detach().reshape(-1) for p in self.params])  # (P,)
+        self.device = self.flat.device
+        self._bind_params()
+        self._moments: AdamState | None = None  # exp_avg, exp_avg_sq, step
+        self._moment_views: list[Tensor] = []
+        self.loss = MinibatchLoss(policy, algo, reference)
+        self.metric_names = self.loss.names
+        self.notes = notes or sys.stdout
+        self.grad_fn = torch.func.grad(self._loss, has_aux=True)
+        self.compiled = False
+        self._trusted: Hashable | None = None  # see `calls`
+        self._impls = (self._grads_impl, self._apply_impl, self._step_impl)
+        self._grads, self._apply, self._step = self._impls
+        # CUDA graphs (reduce-overhead) reuse their output memory on the next replay.
+        self.cudagraphs = compile and self.device.type == "cuda"
+        if compile:
+            mode = "reduce-overhead" if self.cudagraphs else None
+            # Dynamo's guards already check every input's sizes and strides (static shapes).
+            options = {"size_asserts": False, "alignment_asserts": False, "scalar_asserts": False}
+            if self.device.type == "cpu":
+                options["cpp_wrapper"] = True  # the kernel launches in C++, not Python
+            # Each GradientStep keeps its own compiled graphs (a process may train several runs,
+            # each with other shapes); a few per function: the last micro-batch of a minibatch
+            # may have another size.
+            self._grads, self._apply, self._step = (
+                torch.compile(
+                    f,
+                    fullgraph=True,
+                    dynamic=False,
+                    mode=mode,
+                    options=options,
+                    isolate_recompiles=True,
+                    recompile_limit=8,
+                )
+                for f in self._impls
+            )
+            self.compiled = True
+            missing = _missing_compiler(self.device)
+            if missing is not None:  # say so now rather than after seconds of tracing
+                self._fall_back(missing)
+
+    # ------------------------------------------------------------------ flat storage
+    def _views(self, flat: Tensor) -> list[Tensor]:
+        return [v.view(shape) for v, shape in zip(flat.split(self.sizes), self.shapes, strict=True)]
+
+    def _bind_params(self) -> None:
+        """Make the module's parameters views of `self.flat` (their values are kept)."""
+        for p, view in zip(self.params, self._views(self.flat), strict=True):
+            view.copy_(p.detach())
+            p.data = view
+
+    def _check_params(self) -> None:
+        """Re-bind if something replaced a parameter's storage (e.g. `module.to()`)."""
+        base, itemsize = self.flat.data_ptr(), self.flat.element_size()
+        offset = 0
+        for p, n in zip(self.params, self.sizes, strict=True):
+            if p.data_ptr() != base + offset * itemsize or p.device != self.device:
+                self.flat = torch.cat([q.detach().reshape(-1) for q in self.params])
+                self.device = self.flat.device
+                self._bind_params()
+                self._moments = None
+                return
+            offset += n
+
+    def adam_state(self) -> AdamState:
+        """Adam's flat (exp_avg, exp_avg_sq, step), created as torch's Adam would create them
+        or packed from the optimizer's per-parameter state (after load_state_dict)."""
+        self._check_params()
+        state = self.optimizer.state
+        ours = self._moments is not None and all(
+            state[p].get("exp_avg") is view for p, view in zip(self.params, self._moment_views)
+        )
+        if not ours:
+            loaded = [state[p] for p in self.params]
+            if all(s for s in loaded):
+                exp_avg = torch.cat([s["exp_avg"].reshape(-1) for s in loaded]).to(self.flat)
+                exp_avg_sq = torch.cat([s["exp_avg_sq"].reshape(-1) for s in loaded]).to(self.flat)
+                step = loaded[0]["step"].detach().clone().to(torch.float32).to(self.device)
+            else:
+                exp_avg, exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
+                step = torch.zeros((), dtype=torch.float32, device=self.device)
+            self._moments = (exp_avg, exp_avg_sq, step)
+            self._moment_views = self._views(exp_avg)
+            for p, m1, m2 in zip(
+                self.params, self._moment_views, self._views(exp_avg_sq), strict=True
+            ):
+                # The step count is one tensor shared by every parameter (they step together).
+                state[p] = {"step": step, "exp_avg": m1, "exp_avg_sq": m2}
+            if self.cudagraphs:
+                for t in (self.flat, exp_avg, exp_avg_sq, step):
+                    torch._dynamo.mark_static_address(t)
+        assert self._moments is not None
+        return self._moments
+
+    # ------------------------------------------------------------------ the step, in torch
+    def _loss(
+        self, flat: Tensor, buffers: dict[str, Tensor], mb: tuple[Tensor, ...], weights: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The minibatch loss as a function of the flat parameters, and its metrics vector."""
+        params = dict(zip(self.names, self._views(flat), strict=True))
+        return self.loss(params, buffers, mb, weights)
+
+    def _grads_impl(
+        self, flat: Tensor, mb: tuple[Tensor, ...], weights: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        buffers = {n: b.detach() for n, b in self.policy.named_buffers()}
+        return self.grad_fn(flat, buffers, mb, weights)
+
+    def _apply_impl(
+        self,
+        flat: Tensor,
+        grad: Tensor,
+        loss: Tensor,
+        approx_kl: Tensor,
+        lr: Tensor,
+        adam: AdamState,
+    ) -> Tensor:
+        o, a = self.optim, self.algo
+        norm = torch.linalg.vector_norm(grad)
+        nonfinite = ~torch.isfinite(norm + loss)  # a non-finite loss can have finite gradients
+        skip = nonfinite
+        if a.early_stop_kl is not None:
+            # The policy already moved too far from the behaviour policy: drop this minibatch.
+            skip = skip | (approx_kl > a.early_stop_kl)
+        if o.schedule == "adaptive":
+            lr.copy_(torch.where(skip & ~nonfinite, lr, adapt_learning_rate(lr, approx_kl, o)))
+        coef = torch.ones_like(norm)
+        if o.max_grad_norm is not None:  # the rule of torch.nn.utils.clip_grad_norm_
+            coef = torch.clamp(o.max_grad_norm / (norm + 1e-6), max=1.0)
+        grad = torch.where(skip, 0.0, grad * coef)
+        with torch.no_grad():
+            if torch.compiler.is_compiling():
+                # In a graph: take the step, then put back whatever a skipped step changed (the
+                # compiler fuses the selection into the update's own kernels).
+                state = (flat, *adam)
+                saved = [t.clone() for t in state]
+                self._adam(flat, grad, adam, lr, fused=False, found_inf=None)
+                for t, old in zip(state, saved, strict=True):
+                    t.copy_(torch.where(skip, old, t))
+            elif self.device.type in ("cpu", "cuda"):
+                # Eagerly: torch's fused Adam skips the whole step where found_inf is set.
+                self._adam(flat, grad, adam, lr, fused=True, found_inf=skip.float())
+            elif not bool(skip):
+                self._adam(flat, grad, adam, lr, fused=False, found_inf=None)
+            if self.log_std_slice is not None:
+                flat[self.log_std_slice].clamp_(LOG_STD_MIN, LOG_STD_MAX)
+        return torch.stack([norm, skip.float(), nonfinite.float()])
+
+    def _adam(
+        self,
+        flat: Tensor,
+        grad: Tensor,
+        adam: AdamState,
+        lr: Tensor,
+        fused: bool,
+        found_inf: Tensor | None,
+    ) -> None:
+        exp_avg, exp_avg_sq, step = adam
+        adam_step(
+            [flat],
+            [grad],
+            [exp_avg],
+            [exp_avg_sq],
+            [],
+            [step],
+            foreach=False,
+            fused=fused,
+            found_inf=found_inf,
+            amsgrad=False,
+            beta1=self.betas[0],
+            beta2=self.betas[1],
+            lr=lr,
+            weight_decay=self.weight_decay,
+            eps=self.eps,
+            maximize=False,
+        )
+
+    def _step_impl(
+        self,
+        flat: Tensor,
+        mb: tuple[Tensor, ...],
+        weights: Tensor,
+        lr: Tensor,
+        adam: AdamState,
+    ) -> Tensor:
+        grad, metrics = self._grads_impl(flat, mb, weights)
+        loss = metrics[self.metric_names.index("loss")]
+        approx_kl = metrics[self.metric_names.index("approx_kl")]
+        return torch.cat([metrics, self._apply_impl(flat, grad, loss, approx_kl, lr, adam)])
+
+    # ------------------------------------------------------------------ calls
+    def grads(self, mb: tuple[Tensor, ...], weights: Tensor) -> tuple[Tensor, Tensor]:
+        """Flat gradient (P,) and metrics vector of one micro-batch, with its minibatch's
+        aggregation weights."""
+        grad, metrics = self._guarded(0, self.flat.detach(), mb, weights)
+        if self.cudagraphs:
+            return grad.clone(), metrics.clone()
+        return grad, metrics
+
+    def apply(
+        self,
+        grad: Tensor,
+        loss: Tensor,
+        approx_kl: Tensor,
+        lr: Tensor,
+        adam: AdamState,
+    ) -> Tensor:
+        """Clip `grad`, take the Adam step (or skip it); returns the STEP_FIELDS vector."""
+        out = self._guarded(1, self.flat.detach(), grad, loss, approx_kl, lr, adam)
+        return out.clone() if self.cudagraphs else out
+
+    def step(
+        self,
+        mb: tuple[Tensor, ...],
+        weights: Tensor,
+        lr: Tensor,
+        adam: AdamState,
+    ) -> Tensor:
+        """`grads` and `apply` of one whole minibatch in one call: metrics + STEP_FIELDS."""
+        out = self._guarded(2, self.flat.detach(), mb, weights, lr, adam)
+        return out.clone() if self.cudagraphs else out
+
+    def will_compile(self) -> bool:
+        """Whether the next update compiles (no update with its inputs has run yet)."""
+        return self.compiled and self._trusted is None
+
+    @contextlib.contextmanager
+    def calls(self, signature: Hashable) -> Iterator[None]:
+        """Context for one update's calls; `signature` names every shape and dtype its inputs
+        will have (the batch's fields and the rollout length).
+
+        Before each call of a compiled function, Dynamo checks each input against the guards
+        of its graphs: ~0.1 ms on the CPU, a third of a 64x64 network's whole step. An update
+        that ran to its end with a signature has compiled every graph such an update calls, and
+        the next update with the same signature calls them with inputs of the same sizes,
+        dtypes and devices; so those updates skip the guards that do not choose between graphs
+        (`torch.compiler.set_stance(skip_guard_eval_unsafe=True)`). Anything else (a first
+        update, another signature, parameters moved or replaced) runs with every guard.
+        """
+        if not self.compiled:
+            yield
+            return
+        key = (signature, self.flat.device, self.flat.dtype, self.flat.shape)
+        if key == self._trusted:
+            with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+                yield
+            return
+        self._trusted = None
+        yield  # an exception leaves the signature untrusted
+        if self.compiled:  # not fallen back to eager meanwhile
+            self._trusted = key
+
+    def _guarded(self, which: int, *args: object) -> tuple[Tensor, Tensor] | Tensor:
+        fn = (self._grads, self._apply, self._step)[which]
+        if not self.compiled:
+            return fn(*args)
+        _await_probe()  # a compilation may follow: never two probes at once
+        try:
+            return fn(*args)
+        except Exception as exc:  # compilation failed before anything ran: run eagerly
+            if not _is_compile_failure(exc):
+                raise
+            self._fall_back(exc)
+            return self._impls[which](*args)
+
+    def _fall_back(self, exc: BaseException) -> None:
+        cause = getattr(exc, "inner_exception", None) or exc  # BackendCompilerFailed wraps it
+        first = f"{type(cause).__name__}: {first_line(cause)}"
+        print(
+            f"note: trainer.compile: the update could not be compiled ({first}); "
+            "it runs eagerly (same results, slower)",
+            file=self.notes,
+            flush=True,
+        )
+        self.compiled = self.cudagraphs = False
+        self._grads, self._apply, self._step = self._impls

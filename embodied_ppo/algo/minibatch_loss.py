@@ -1,0 +1,116 @@
+"""The loss of one minibatch as a function of the policy's parameters: the policy's forward
+pass (time-major from each chunk's first state for a recurrent policy), the KL to the
+reference policy where asked, and `losses.ppo_loss`, with its metrics as one vector."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.func import functional_call
+
+from embodied_ppo.algo.kl import kl_estimate
+from embodied_ppo.algo.losses import ppo_loss
+from embodied_ppo.config.schema import AlgorithmConfig
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.distributions import DiagGaussian
+
+
+def metric_names(algo: AlgorithmConfig, gaussian: bool) -> list[str]:
+    """The metrics of one (micro-)batch, in the order of the vectors the step returns."""
+    names = ["loss", "policy_loss", "entropy", "approx_kl", "clipfrac", "dual_clipfrac"]
+    if algo.loss_type == "actor_critic":
+        names += ["value_loss", "value_clipfrac"]
+    if algo.use_kl_loss:
+        names.append("kl_loss")
+    if gaussian:
+        names.append("std")
+    return names
+
+
+class MinibatchLoss:
+    """The minibatch loss of `policy` with the `algorithm:` block's terms.
+
+    Args:
+        reference: frozen reference policy of the KL loss (used when algo.use_kl_loss).
+    """
+
+    def __init__(
+        self, policy: ActorCritic, algo: AlgorithmConfig, reference: ActorCritic | None = None
+    ) -> None:
+        self.policy, self.algo = policy, algo
+        self.reference = reference if algo.use_kl_loss else None
+        self.names = metric_names(algo, policy.is_gaussian)
+        # A recurrent policy's minibatch rows are chunks of seq_len steps of one env, in order.
+        self.seq_len = (algo.sequence_length or algo.rollout_steps) if policy.state_size else 0
+
+    def __call__(
+        self,
+        params: dict[str, Tensor],
+        buffers: dict[str, Tensor],
+        mb: tuple[Tensor, ...],
+        weights: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """The loss of minibatch `mb` (its fields in MINIBATCH_FIELDS order) with the
+        per-token aggregation `weights`, as a function of the policy's `params` and `buffers`;
+        and its metrics vector (`names`)."""
+        obs, actions, old_logprobs, old_values, advantages, returns = mb[:6]
+        if self.seq_len:
+            # Rows are B chunks of L steps; the core runs time-major from each chunk's stored
+            # first state, so every per-step input goes time-major too (the loss is a weighted
+            # sum: its order does not matter, only that all terms agree).
+            states, starts = mb[6], mb[7]
+            L = self.seq_len
+            B = weights.shape[0] // L
+
+            def time_major(x: Tensor) -> Tensor:
+                """Rows (B*L, ...) of B chunks of L steps as (L, B, ...)."""
+                return x.reshape(B, L, *x.shape[1:]).transpose(0, 1)
+
+            def flat_time_major(x: Tensor) -> Tensor:
+                """Rows (B*L, ...) reordered time-major: (L*B, ...)."""
+                return time_major(x).reshape(B * L, *x.shape[1:])
+
+            seq_obs = time_major(obs) if isinstance(obs, Tensor) else {
+                k: time_major(v) for k, v in obs.items()
+            }  # fmt: skip
+            state0 = states.reshape(B, L, -1)[:, 0]
+            dist, value = functional_call(
+                self.policy, (params, buffers), (seq_obs, state0, time_major(starts))
+            )
+            actions, old_logprobs, old_values, advantages, returns, weights = (
+                flat_time_major(x)
+                for x in (actions, old_logprobs, old_values, advantages, returns, weights)
+            )
+        else:
+            dist, value = functional_call(self.policy, (params, buffers), (obs,))
+        logprob = dist.log_prob(actions)  # (B,)
+        a = self.algo
+        kl = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_dist, _ = self.reference(obs)
+            kl = kl_estimate(a.kl_loss_type, logprob, ref_dist.log_prob(actions), dist, ref_dist)
+        critic = a.loss_type == "actor_critic"
+        loss, metrics = ppo_loss(
+            logprob,
+            old_logprobs,
+            advantages,
+            dist.entropy(),
+            weights,
+            clip_ratio_low=a.clip_ratio_low,
+            clip_ratio_high=a.clip_ratio_high,
+            clip_ratio_c=a.clip_ratio_c,
+            entropy_bonus=a.entropy_bonus,
+            values=value if critic else None,
+            old_values=old_values if critic else None,
+            returns=returns if critic else None,
+            value_clip=a.value_clip,
+            huber_delta=a.huber_delta,
+            value_loss_coef=a.value_loss_coef,
+            kl=kl,
+            kl_loss_coef=a.kl_loss_coef,
+        )
+        if isinstance(dist, DiagGaussian):
+            metrics["std"] = (dist.std.detach().mean(dim=-1) * weights).sum()
+        metrics["loss"] = loss.detach()
+        return loss, torch.stack([metrics[n] for n in self.names])

@@ -1,0 +1,252 @@
+"""The PPO update: mini-epochs over shuffled minibatches, micro-batch gradient accumulation, gradient all-reduce across processes, early stopping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from embodied_ppo.algo.gradient_step import STEP_FIELDS, GradientStep
+from embodied_ppo.algo.minibatches import (
+    aggregation_weights,
+    minibatch_indices,
+    sequence_chunks,
+    sequence_minibatch_indices,
+)
+from embodied_ppo.algo.settings import UpdateSettings
+from embodied_ppo.config.schema import OptimConfig
+from embodied_ppo.core.obs import map_obs
+from embodied_ppo.model.actor_critic import ActorCritic
+
+# The fields of a minibatch handed to the gradient step, in its order (a recurrent policy's
+# also take the stored states and episode starts).
+MINIBATCH_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+
+
+RECURRENT_FIELDS = ("states", "starts")
+
+
+def _rows(x: Tensor | dict[str, Tensor], rows: slice) -> Tensor | dict[str, Tensor]:
+    """Rows of a field (a tensor, or a dict of them for Dict observations): views."""
+    return x[rows] if isinstance(x, Tensor) else {k: v[rows] for k, v in x.items()}
+
+
+def _signature(batch: dict[str, Tensor], num_steps: int) -> tuple:
+    """What decides the shapes, dtypes and devices of every input an update's steps get."""
+    fields = []
+    for name, x in sorted(batch.items()):
+        for key, t in sorted(x.items()) if isinstance(x, dict) else [("", x)]:
+            fields.append((name, key, tuple(t.shape), t.dtype, t.device))
+    return (num_steps, tuple(fields))
+
+
+class NonFiniteError(RuntimeError):
+    """A loss term or the gradient became NaN/Inf; the step was not taken."""
+
+    def __init__(self, what: str, epoch: int, minibatch: int) -> None:
+        super().__init__(f"non-finite {what} in epoch {epoch}, minibatch {minibatch}")
+        self.what, self.epoch, self.minibatch = what, epoch, minibatch
+
+
+def make_optimizer(policy: ActorCritic, optim: OptimConfig) -> torch.optim.Adam:
+    """Adam with the configured eps (it holds the state; `gradient_step` takes its steps)."""
+    return torch.optim.Adam(list(policy.parameters()), lr=optim.lr, eps=optim.adam_eps)
+
+
+class PPOUpdate:
+    """Runs `update_epochs` passes of clipped-PPO gradient steps over one rollout batch.
+
+    Each epoch shuffles the batch once and cuts it into minibatches. For a recurrent policy the
+    rollout of each env is cut into chunks of `sequence_length` steps (the last one padded
+    with zero-weight steps where it does not divide the rollout) and the chunks are shuffled:
+    a minibatch is whole chunks, each starting from the state stored at its first step.
+    A minibatch is one call of the (compiled) gradient step; with `micro_batch_size`, or across processes, its gradient is
+    accumulated over micro-batches (weighted with the minibatch's aggregation weights, so the sum
+    is the minibatch gradient: docs/design.md, rule 3), all-reduced, then applied.
+
+    Args:
+        optimizer: the Adam that holds the policy's parameters (and whose state is saved).
+        generator: CPU generator for minibatch shuffling (its state is checkpointed).
+        settings: the algorithm and optimizer blocks, compilation and the run's scale.
+        reference: frozen policy of the KL loss (algo.use_kl_loss).
+    """
+
+    def __init__(
+        self,
+        policy: ActorCritic,
+        optimizer: torch.optim.Adam,
+        generator: torch.Generator,
+        settings: UpdateSettings,
+        reference: ActorCritic | None = None,
+    ) -> None:
+        self.algo, self.optim, self.optimizer = settings.algo, settings.optim, optimizer
+        self.generator, self.reduce = generator, settings.reduce
+        self.recurrent = policy.state_size > 0
+        self.fields = MINIBATCH_FIELDS + (RECURRENT_FIELDS if self.recurrent else ())
+        self.step = GradientStep(policy, optimizer, settings, reference)
+        self.names = self.step.metric_names
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_lr(self, lr: float) -> None:
+        """Set the optimizer's learning rate (every parameter group)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _epoch_order(
+        self, size: int, num_steps: int, device: torch.device
+    ) -> tuple[Tensor, Tensor | None]:
+        """One epoch's shuffled row order (minibatch k is rows [k*M, (k+1)*M) of it), and
+        where it pads recurrent chunks (0.0: a padding step; None: no padding)."""
+        a = self.algo
+        if self.recurrent:
+            return sequence_chunks(
+                num_steps, size // num_steps, a.sequence_length or num_steps, self.generator, device
+            )
+        parts: Iterator[Tensor]
+        if a.loss_agg_func == "token-mean":
+            parts = minibatch_indices(size, a.minibatch_size, self.generator, device)
+        else:
+            envs = size // num_steps
+            parts = sequence_minibatch_indices(
+                num_steps, envs, a.minibatch_size // num_steps, self.generator, device
+            )
+        return torch.cat(list(parts)), None
+
+    def update(
+        self,
+        batch: dict[str, Tensor],
+        num_steps: int,
+        refresh: Callable[[], None] | None = None,
+    ) -> dict[str, float]:
+        """One PPO update on a flattened (T*N) batch (fields of BATCH_FIELDS), T = `num_steps`.
+
+        `refresh`, where given, runs before every epoch after the first and rewrites the
+        batch's values, advantages and returns in place (`refresh_advantages`)."""
+        device = batch["advantages"].device
+        lr = torch.tensor(self.lr, dtype=torch.float32, device=device)
+        adam = self.step.adam_state()
+        records: list[Tensor] = []  # one vector per step taken: metrics + STEP_FIELDS
+        where: list[tuple[int, int]] = []  # (epoch, minibatch) of each record
+        with self.step.calls(_signature(batch, num_steps)):
+            stopped = self._epochs(batch, num_steps, lr, adam, records, where, refresh)
+        self.set_lr(float(lr))
+        if not records:
+            return {"num_gradient_steps": 0.0, "early_stopped": float(stopped)}
+        table = torch.stack(records)  # (steps, metrics + STEP_FIELDS)
+        if not self._checks_each_step(device):
+            bad = table[:, -1] > 0
+            if bool(bad.any()):  # one host sync per update
+                first = int(bad.nonzero()[0, 0])
+                raise NonFiniteError(self._culprit(table[first]), *where[first])
+        return self._summary(table, stopped)
+
+    def _epochs(
+        self,
+        batch: dict[str, Tensor],
+        num_steps: int,
+        lr: Tensor,
+        adam: tuple,
+        records: list[Tensor],
+        where: list[tuple[int, int]],
+        refresh: Callable[[], None] | None = None,
+    ) -> bool:
+        """The update's epochs of minibatch steps: appends each step's vector to `records` and
+        its (epoch, minibatch) to `where`; True where early stopping ended them."""
+        a = self.algo
+        size, M = batch["advantages"].shape[0], a.minibatch_size
+        micro = a.micro_batch_size or M
+        split = micro < M or self.reduce is not None
+        sync_each_step = self._checks_each_step(batch["advantages"].device)
+        for epoch in range(a.update_epochs):
+            if epoch and refresh is not None:
+                refresh()
+            order, valid = self._epoch_order(size, num_steps, batch["advantages"].device)
+            # Gathered once per epoch (observations key by key).
+            rows = [map_obs(lambda x, o=order: x[o], batch[f]) for f in self.fields]
+            mask = batch["mask"][order]
+            if valid is not None:
+                mask = mask * valid
+            weights = aggregation_weights(
+                mask.reshape(-1, M), a.loss_agg_func, num_steps, self.reduce
+            )  # (K, M)
+            for k in range(weights.shape[0]):
+                mb = tuple(_rows(x, slice(k * M, (k + 1) * M)) for x in rows)
+                if split:
+                    out = self._accumulated_step(mb, weights[k], micro, lr, adam)
+                else:
+                    out = self.step.step(mb, weights[k], lr, adam)
+                if sync_each_step and bool(out[-2]):  # skipped
+                    if bool(out[-1]):
+                        raise NonFiniteError(self._culprit(out), epoch, k)
+                    return True  # early stop: this minibatch's step was not taken
+                records.append(out)
+                where.append((epoch, k))
+        return False
+
+    def _checks_each_step(self, device: torch.device) -> bool:
+        """On the CPU a host sync costs nothing: stop at the first skipped step. Elsewhere, look
+        at the steps' flags once at the end (unless early stopping must end the loop)."""
+        return device.type == "cpu" or self.algo.early_stop_kl is not None
+
+    def _accumulated_step(
+        self, mb: tuple[Tensor, ...], weights: Tensor, micro: int, lr: Tensor, adam: tuple
+    ) -> Tensor:
+        """One minibatch's gradient summed over micro-batches (and processes), then applied."""
+        total: Tensor | None = None
+        metrics: Tensor | None = None
+        for start in range(0, weights.shape[0], micro):
+            part = tuple(_rows(x, slice(start, start + micro)) for x in mb)
+            grad, m = self.step.grads(part, weights[start : start + micro])
+            total = grad if total is None else total + grad
+            metrics = m if metrics is None else metrics + m
+        assert total is not None and metrics is not None
+        loss = metrics[self.names.index("loss")]
+        kl = metrics[self.names.index("approx_kl")]
+        if self.reduce is not None:
+            # Every process's gradient, weighted with global denominators, sums to the gradient
+            # of the whole minibatch; the loss too, so all processes agree on a skipped step.
+            flat = self.reduce(torch.cat([total, loss.reshape(1)]))
+            total, loss = flat[:-1], flat[-1]
+            if self.algo.early_stop_kl is not None or self.optim.schedule == "adaptive":
+                kl = self.reduce(kl.reshape(1).clone())[0]
+                metrics = metrics.clone()
+                metrics[self.names.index("approx_kl")] = kl
+        return torch.cat([metrics, self.step.apply(total, loss, kl, lr, adam)])
+
+    def _summary(self, table: Tensor, stopped: bool) -> dict[str, float]:
+        """Mean over the update's steps of every metric (summed over processes first)."""
+        names = [*self.names, *STEP_FIELDS]
+        out: dict[str, float] = {}
+        if self.reduce is not None:
+            # Token metrics are weighted per process: their sum over processes is the global
+            # value. The gradient norm is already global; so is approx_kl where it was reduced
+            # for the step-size rules.
+            local = [
+                i
+                for i, n in enumerate(names)
+                if n in self.names
+                and not (
+                    n == "approx_kl"
+                    and (self.algo.early_stop_kl is not None or self.optim.schedule == "adaptive")
+                )
+            ]
+            table = table.clone()
+            table[:, local] = self.reduce(table[:, local].contiguous())
+        means = table.mean(dim=0).tolist()
+        for name, value in zip(names, means, strict=True):
+            if name not in ("loss", "skipped", "nonfinite"):
+                out[name] = value
+        out["num_gradient_steps"] = float(table.shape[0])
+        out["early_stopped"] = float(stopped)
+        return out
+
+    def _culprit(self, vector: Tensor) -> str:
+        values = dict(zip([*self.names, *STEP_FIELDS], vector.tolist(), strict=True))
+        for name in ("policy_loss", "value_loss", "entropy", "kl_loss"):
+            if name in values and not torch.isfinite(torch.tensor(values[name])):
+                return name
+        return "gradient"

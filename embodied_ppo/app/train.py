@@ -1,0 +1,74 @@
+"""The `train` command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from embodied_ppo.app.launch import LAUNCHER_ENV
+from embodied_ppo.app.results import TrainResult
+from embodied_ppo.app.session import _session, run_training, say
+from embodied_ppo.app.signals import GracefulStop, exit_code
+from embodied_ppo.core.errors import UserError
+from embodied_ppo.runner import distributed
+
+
+# ---------------------------------------------------------------------------------- command
+def train_command(
+    config_path: str | None, overrides: list[str], resume: str | None, use_intact: bool = False
+) -> int:
+    """`embodied-ppo train CONFIG [overrides]` or `embodied-ppo train --resume RUN_DIR`."""
+    if resume:
+        overrides = ([config_path] if config_path else []) + overrides
+    elif not config_path:
+        raise UserError(
+            "train: give a config file, e.g. `embodied-ppo train configs/cartpole.yaml`, "
+            "or --resume RUN_DIR"
+        )
+    # Installed before anything starts, so that even an early SIGINT / SIGTERM stops cleanly.
+    with (
+        GracefulStop() as stop,
+        _session(
+            None if resume else config_path, overrides, None, resume, use_intact, None
+        ) as session,
+    ):
+        if isinstance(session, TrainResult):
+            return 0  # already trained to trainer.total_steps
+        trainer = session
+        hint = resume_hint(trainer.run_dir)
+        try:
+            result = run_training(trainer, (), stop)
+        except KeyboardInterrupt as exc:  # a second signal: stop at once
+            last = trainer.last_checkpoint or "no checkpoint yet"
+            say(f"\nstopped at once; last checkpoint: {last}; {hint}", file=sys.stderr)
+            return exit_code(getattr(exc, "signum", signal.SIGINT))
+        if result.stopped:
+            say(
+                f"stopped at step {result.global_step:,} (iteration {result.iteration}); "
+                f"checkpoint: {result.checkpoint}; {hint}",
+                file=sys.stderr,
+            )
+            return stop.exit_code
+        ret = result.metrics.get("charts/episodic_return")
+        say(
+            f"done: {result.global_step:,} steps"
+            + (f", last mean episodic return {ret:.2f}" if ret is not None else "")
+        )
+        say(f"checkpoint: {result.checkpoint}")
+        return 0
+
+
+def resume_hint(run_dir: Path | str) -> str:
+    """How to continue a run, with the launcher it was started with."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    if launcher:  # embodied-ppo torchrun ..., with its options
+        return f"continue with `{launcher} train --resume {run_dir}`"
+    if distributed.launched_by_torchrun():
+        n = distributed.launch_world_size()
+        return (
+            f"continue with `torchrun --nproc_per_node={n} -m embodied_ppo train --resume "
+            f"{run_dir}` (with the same torchrun settings)"
+        )
+    return f"continue with `embodied-ppo train --resume {run_dir}`"

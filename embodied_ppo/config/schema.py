@@ -1,0 +1,292 @@
+"""The configuration's schema: one typed dataclass per block, every key with its default and its
+one-line meaning (docs/configuration.md is generated from them by scripts/config_reference.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from embodied_ppo.core.types import ConfigDict
+
+
+def _key(default: Any, doc: str) -> Any:
+    """A config key: its default (a list, dict or block default is given by its factory, e.g.
+    `list` or `lambda: [64, 64]`) and its one-line meaning, kept in the field's metadata."""
+    if callable(default):
+        return field(default_factory=default, metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class WrapperConfig:
+    """One entry of `env.wrappers`: a Gymnasium wrapper and its keyword arguments."""
+
+    name: str = _key("", "a class of `gymnasium.wrappers` (`FlattenObservation`) or `module:Class`")
+    kwargs: dict = _key(dict, "keyword arguments of the wrapper")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The `env:` block."""
+
+    id: str | None = _key(None, "Gymnasium id (required), or `module:EnvId` to import its module")
+    num_envs: int = _key(8, "environments stepped together, per process (see `num_envs_scope`)")
+    backend: Literal["sync", "async", "envpool"] = _key(
+        "sync",
+        "sync: stepped in this process; async: one subprocess per env; envpool: its C++ threads",
+    )
+    processes: int = _key(1, "sync backend: processes stepping the envs, this one included")
+    threads: int = _key(1, "sync backend: threads stepping each process's envs")
+    kwargs: dict = _key(dict, "keyword arguments of `gymnasium.make` (the task's own options)")
+    imports: list[str] = _key(list, "modules imported before any env is made, in every process")
+    wrappers: list[WrapperConfig] = _key(
+        list, "Gymnasium wrappers around each env, in order (the first is innermost)"
+    )
+    max_episode_steps: int | None = _key(None, "time limit in steps; null: the registered one")
+    num_envs_scope: Literal["per_process", "global"] = _key(
+        "per_process", "under torchrun: num_envs per process, or in all (split evenly)"
+    )
+    normalize_obs: bool = _key(
+        True, "normalize observations by a running mean and variance kept inside the policy"
+    )
+    clip_obs: float | None = _key(
+        10.0, "clip the policy's input (normalized) to +-this; null: no clipping"
+    )
+    normalize_reward: bool = _key(
+        True, "divide rewards by the running std of the discounted return"
+    )
+    clip_reward: float | None = _key(
+        10.0, "clip the learner's reward (scaled) to +-this; null: no clipping"
+    )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The `model:` block."""
+
+    share_backbone: bool = _key(True, "one MLP for actor and critic; false: separate MLPs")
+    hidden_sizes: list[int] = _key(lambda: [64, 64], "widths of the MLP's hidden layers")
+    activation: Literal["tanh", "relu", "elu", "gelu", "silu", "leaky_relu"] = _key(
+        "tanh", "activation of the hidden layers"
+    )
+    head: Literal["auto", "gaussian", "categorical"] = _key(
+        "auto", "action head; auto: from the action space (Box: gaussian, Discrete: categorical)"
+    )
+    log_std_init: float = _key(0.0, "initial log-std of the Gaussian head, in [-5, 2]")
+    state_dependent_std: bool = _key(
+        False, "log-std computed from the features instead of a learned vector"
+    )
+    init: Literal["orthogonal", "torch_default"] = _key(
+        "orthogonal",
+        "orthogonal (gain sqrt 2 hidden, 0.01 action head, 1 value head) or torch_default",
+    )
+    init_from: str | None = _key(
+        None, "a run or checkpoint whose weights and normalizer this run starts from"
+    )
+    actor_obs_keys: list[str] | None = _key(
+        None, "Dict observations: keys the actor reads (and a deployed policy takes); null: all"
+    )
+    critic_obs_keys: list[str] | None = _key(
+        None, "Dict observations: keys the critic reads; null: the actor's"
+    )
+    cnn_channels: list[int] = _key(
+        lambda: [16, 32, 32], "image keys: channels of each convolution (ReLU after each)"
+    )
+    cnn_kernels: list[int] | None = _key(None, "kernel size per convolution; null: 8, 4, then 3")
+    cnn_strides: list[int] | None = _key(None, "stride per convolution; null: 4, 2, then 1")
+    cnn_head: Literal["flatten", "spatial_softmax"] = _key(
+        "flatten", "last map to a vector: flattened, or keypoints by a spatial softmax"
+    )
+    cnn_features: int = _key(128, "features each image key contributes")
+    recurrent: Literal["lstm", "gru"] | None = _key(
+        None, "recurrent core between encoders and MLP: lstm, gru or null (none)"
+    )
+    recurrent_size: int = _key(128, "units of each recurrent layer")
+    recurrent_layers: int = _key(1, "stacked recurrent layers")
+
+
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+
+
+KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"]
+
+
+CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus")
+
+
+@dataclass(frozen=True)
+class KLCtrlConfig:
+    """`algorithm.kl_ctrl:` the in-reward KL coefficient controller."""
+
+    type: Literal["fixed", "adaptive"] = _key("fixed", "fixed coefficient, or adaptive control")
+    kl_coef: float = _key(0.001, "(initial) coefficient of the in-reward KL penalty")
+    target_kl: float = _key(0.1, "adaptive: target mean KL per step")
+    horizon: int = _key(10000, "adaptive: horizon of the controller, in transitions")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """The `algorithm:` block; the first keys keep the source documents' names verbatim."""
+
+    normalize_advantages: bool = _key(True, "standardize advantages over the whole rollout")
+    group_size: int = _key(
+        1, "envs per group of a critic-free estimator (reset with one seed); 1 with gae"
+    )
+    adv_type: Literal["gae", "grpo", "rloo", "reinforce_plus_plus"] = _key(
+        "gae", "advantage estimator; the critic-free ones collect whole episodes"
+    )
+    loss_type: Literal["actor_critic", "actor"] = _key(
+        "actor_critic", "actor_critic: policy and value loss; actor: policy loss only"
+    )
+    loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = _key(
+        "token-mean", "how per-step losses are averaged (token = one env step)"
+    )
+    rollout_micro_batch_size: int | None = _key(
+        None, "at most this many envs per policy forward in collection; null: all"
+    )
+    logprob_forward_micro_batch_size: int | None = _key(
+        None, "rows per forward when old log-probs are recomputed; null: all"
+    )
+    entropy_bonus: float = _key(0.0, "coefficient of the entropy term (>= 0)")
+    clip_ratio_high: float = _key(0.2, "the ratio is clipped at 1 + clip_ratio_high")
+    clip_ratio_low: float = _key(0.2, "the ratio is clipped at 1 - clip_ratio_low, in (0, 1)")
+    clip_ratio_c: float | None = _key(None, "dual clip (> 1) for negative advantages; null: off")
+    value_clip: float | None = _key(0.2, "value clipping range around the old value; null: off")
+    gamma: float = _key(0.99, "discount factor, in [0, 1]")
+    gae_lambda: float = _key(0.95, "GAE lambda, in [0, 1]")
+    huber_delta: float | None = _key(10.0, "Huber delta of the value loss; null: squared error")
+    rollout_steps: int = _key(256, "steps per env per iteration (T)")
+    update_epochs: int = _key(10, "passes over the rollout per iteration")
+    minibatch_size: int = _key(
+        512, "transitions per gradient step; must divide rollout_steps x num_envs"
+    )
+    micro_batch_size: int | None = _key(
+        None, "transitions per forward/backward inside a minibatch; null: all"
+    )
+    sequence_length: int | None = _key(
+        None, "recurrent policies: steps per training chunk; null: whole rollouts"
+    )
+    value_loss_coef: float = _key(0.5, "weight of the value loss")
+    recompute_old_logprobs: bool = _key(
+        False, "recompute old log-probs after collection instead of using the stored ones"
+    )
+    recompute_advantages: bool = _key(
+        False, "recompute values and GAE before every epoch after the first"
+    )
+    early_stop_kl: float | None = _key(
+        None, "end the update at the first minibatch whose approx_kl exceeds this; null: off"
+    )
+    use_kl_loss: bool = _key(False, "add kl_loss_coef x KL(policy, reference) to the loss")
+    kl_loss_coef: float = _key(0.001, "weight of the KL loss (>= 0)")
+    kl_loss_type: KLType = _key("low_var_kl", "KL estimator of the loss")
+    use_kl_in_reward: bool = _key(False, "subtract a KL penalty from every step's reward")
+    kl_penalty: KLType = _key("kl", "KL estimator of the in-reward penalty")
+    kl_ctrl: KLCtrlConfig = _key(KLCtrlConfig, "the in-reward KL coefficient's controller")
+    reference_checkpoint: str | None = _key(
+        None, "run or checkpoint of the frozen reference policy; null: the starting policy"
+    )
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The `optim:` block."""
+
+    lr: float = _key(3e-4, "Adam learning rate")
+    schedule: Literal["constant", "linear", "adaptive"] = _key(
+        "constant", "constant; linear: decays to 0; adaptive: follows approx_kl"
+    )
+    desired_kl: float = _key(0.01, "adaptive schedule: the approx_kl it aims at")
+    lr_min: float = _key(1e-5, "adaptive schedule: lowest learning rate")
+    lr_max: float = _key(1e-2, "adaptive schedule: highest learning rate")
+    adam_eps: float = _key(1e-5, "Adam epsilon")
+    max_grad_norm: float | None = _key(0.5, "clip the global gradient norm to this; null: off")
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """`trainer.wandb:` Weights & Biases logging (pip install 'embodied-ppo[wandb]')."""
+
+    project: str | None = _key(None, "log to this Weights & Biases project as well; null: no W&B")
+    entity: str | None = _key(None, "W&B team or user; null: your default")
+    name: str | None = _key(None, "W&B run name; null: the run directory's name")
+    mode: Literal["online", "offline"] = _key(
+        "online", "online, or offline (written to `RUN_DIR/wandb/` to sync later)"
+    )
+    tags: list[str] = _key(list, "W&B tags")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The `trainer:` block."""
+
+    total_steps: int = _key(
+        1_000_000, "environment steps to train (all processes); the last iteration may overshoot"
+    )
+    seed: int = _key(0, "seeds python, numpy, torch, minibatch shuffling and every env")
+    device: str = _key("auto", "auto (cuda if available), cpu, cuda or cuda:N")
+    run_dir: str | None = _key(
+        None, "run directory; null: `runs/<config>-seed<seed>-<date>-<time>`"
+    )
+    log_interval: int = _key(1, "log metrics every this many iterations (and at the end)")
+    checkpoint_interval: int = _key(10, "checkpoint every this many iterations (and at the end)")
+    keep_checkpoints: int | None = _key(
+        None, "keep only the newest N `ckpt_<step>.pt` (`latest.pt`, `best.pt` stay); null: all"
+    )
+    torch_threads: int | None = _key(
+        None, "torch threads of the update; null: every usable core for large networks, else 1"
+    )
+    inference: Literal["auto", "host", "device"] = _key(
+        "auto", "how collection runs the policy: host (numpy snapshot), device (torch), auto"
+    )
+    compile: bool = _key(
+        True, "compile the update's gradient step with torch.compile; false: eager"
+    )
+    dist_backend: Literal["auto", "gloo", "nccl"] = _key(
+        "auto", "torch.distributed backend; auto: nccl on cuda, gloo on cpu"
+    )
+    dist_timeout: float = _key(1800.0, "seconds a process waits for the others before it stops")
+    eval_interval: int | None = _key(
+        None, "evaluate every this many iterations and after the last, keeping `best.pt`; null: off"
+    )
+    eval_episodes: int = _key(10, "deterministic episodes per evaluation")
+    video_interval: int | None = _key(
+        None, "film the first episode of every this many evaluations; null: no videos"
+    )
+    wandb: WandbConfig = _key(WandbConfig, "Weights & Biases logging")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def to_dict(self) -> ConfigDict:
+        """Plain nested dict (YAML- and checkpoint-safe)."""
+        return dataclasses.asdict(self)
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per iteration: rollout_steps x num_envs."""
+        return self.algorithm.rollout_steps * self.env.num_envs
+
+
+def with_values(cfg: Config, **values: object) -> Config:
+    """A copy of `cfg` with keys changed, by dotted path with `__` for the dots (a Config is
+    never changed in place): `with_values(cfg, trainer__run_dir="runs/x")`."""
+    out = cfg
+    for path, value in values.items():
+        out = _replace(out, path.split("__"), value)
+    return out
+
+
+def _replace(block: object, parts: list[str], value: object) -> object:
+    if len(parts) == 1:
+        return dataclasses.replace(block, **{parts[0]: value})
+    child = getattr(block, parts[0])
+    return dataclasses.replace(block, **{parts[0]: _replace(child, parts[1:], value)})

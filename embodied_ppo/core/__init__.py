@@ -1,0 +1,2 @@
+"""The bottom layer: errors, numeric limits and helpers that every layer shares (standard
+library only)."""

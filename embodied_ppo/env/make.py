@@ -1,0 +1,88 @@
+"""One environment of an `env:` block: the registered id (with the project's own tasks and env.imports), env.kwargs, the time limit and env.wrappers."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import warnings
+
+import gymnasium as gym
+
+from embodied_ppo.config.schema import EnvConfig
+from embodied_ppo.io.render import configure_headless_gl
+
+
+def episode_limit(cfg: EnvConfig) -> int | None:
+    """The time limit episodes of this env config run under (None: no limit)."""
+    if cfg.max_episode_steps is not None:
+        return cfg.max_episode_steps
+    return gym.spec(cfg.id).max_episode_steps
+
+
+_MUJOCO_SEEN: set[str] = set()
+
+
+def _mujoco_warning(message: str) -> None:
+    """MuJoCo's warnings, once each, through Python's logging / warnings instead of stderr.
+
+    Gymnasium's bundled models trigger MuJoCo's deprecation notices (e.g. 'settotalmass') on
+    every load: harmless, and not the user's to fix, so they go to the debug log. Anything else
+    is shown once as a RuntimeWarning.
+    """
+    text = message.strip()
+    if text in _MUJOCO_SEEN:
+        return
+    _MUJOCO_SEEN.add(text)
+    if "deprecated" in text:
+        logging.getLogger("embodied_ppo.mujoco").debug("%s", text)
+    else:
+        warnings.warn(f"MuJoCo: {text}", RuntimeWarning, stacklevel=2)
+
+
+def _route_mujoco_warnings() -> None:
+    """Send MuJoCo's warnings to `_mujoco_warning` (where MuJoCo is installed)."""
+    try:
+        # In the function: MuJoCo reads MUJOCO_GL when first imported, so it waits until an env
+        # is made, after the command line or the API has chosen the headless backend.
+        import mujoco
+    except ImportError:
+        return
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
+# The project's own tasks (envs/ in the repository); importing them registers their ids.
+OWN_TASKS = "embodied_ppo_envs"
+
+
+def import_env_modules(cfg: EnvConfig) -> None:
+    """Import what registers the env ids: the project's own tasks and `env.imports`."""
+    importlib.import_module(OWN_TASKS)
+    for name in cfg.imports:
+        importlib.import_module(name)
+
+
+def resolve_wrapper(name: str) -> type[gym.Wrapper]:
+    """A Gymnasium wrapper by name (`FlattenObservation`) or your own (`module:Class`)."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return getattr(gym.wrappers, name)
+
+
+def make_one(cfg: EnvConfig, render_mode: str | None = None, wrap: bool = True) -> gym.Env:
+    """One environment of `cfg`: gymnasium.make with env.kwargs and the time limit, then
+    (with `wrap`) env.wrappers in order (`cfg` already validated: see validate.check_env)."""
+    _route_mujoco_warnings()
+    import_env_modules(cfg)
+    kwargs = dict(cfg.kwargs)
+    if render_mode is not None or kwargs.get("render_mode") is not None:
+        configure_headless_gl()  # before the env (or Gymnasium's renderer) makes a GL context
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    env = gym.make(cfg.id, **kwargs)
+    for wrapper in cfg.wrappers if wrap else ():
+        env = resolve_wrapper(wrapper.name)(env, **wrapper.kwargs)
+    return env

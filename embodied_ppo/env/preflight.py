@@ -1,0 +1,178 @@
+"""The checks of a config that need its environment (one env is built): the id, the modules
+that register it, env.kwargs, env.wrappers, the spaces, and the episodic time limit. Each
+refusal is one line naming the key."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+
+import gymnasium as gym
+
+from embodied_ppo.config.schema import CRITIC_FREE, Config, EnvConfig
+from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.core.text import first_line
+from embodied_ppo.env.envpool_plan import plan
+from embodied_ppo.env.make import OWN_TASKS, episode_limit, make_one, resolve_wrapper
+from embodied_ppo.env.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
+
+
+# ------------------------------------------------------------------ checks that need the env
+def check_env_id(env_id: str, imports: list[str] | None = None) -> None:
+    """Raise ConfigError for an id Gymnasium does not know (after importing the modules that
+    register ids: the project's own tasks, `imports`, and a "module:EnvId" id's module),
+    suggesting close matches."""
+    for i, name in enumerate(imports or []):
+        _import(name, f"env.imports[{i}]")
+    _import(OWN_TASKS, "env.id")
+    module, _, name = env_id.rpartition(":")
+    if module:
+        _import(module, "env.id")
+    if name in gym.registry:
+        return
+    close = difflib.get_close_matches(name, list(gym.registry.keys()), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    if not module:  # perhaps a user's own env whose module nothing imported
+        hint += (
+            f"; if your own module registers it, name the module: env.id=my_module:{name} or "
+            "env.imports=[my_module]"
+        )
+    where = f" (after importing {module!r})" if module else ""
+    raise ConfigError(f"env.id: unknown environment {name!r}{where}{hint}")
+
+
+def _import(module: str, key: str) -> None:
+    """Import `module` for the config key `key`; a failure is a ConfigError naming the key."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module.split(".")[0] == exc.name.split(".")[0]:
+            raise ConfigError(
+                f"{key}: no module named {module!r}: Python finds modules in the current "
+                "directory and on PYTHONPATH (e.g. PYTHONPATH=/path/to/its/folder)"
+            ) from None
+        raise ConfigError(
+            f"{key}: cannot import {module!r} ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
+    except Exception as exc:  # the module itself fails
+        raise ConfigError(
+            f"{key}: cannot import {module!r} ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
+
+
+def _check_wrappers(cfg: EnvConfig) -> list[type]:
+    """The wrapper classes of env.wrappers, each a gymnasium.Wrapper, or a ConfigError."""
+    wrappers = []
+    for i, w in enumerate(cfg.wrappers):
+        key = f"env.wrappers[{i}].name"
+        if ":" in w.name:
+            _import(w.name.partition(":")[0], key)
+        try:
+            wrapper = resolve_wrapper(w.name)
+        except AttributeError:
+            names = [n for n in dir(gym.wrappers) if n[0].isupper()]
+            close = difflib.get_close_matches(w.name, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{key}: unknown wrapper {w.name!r}: expected a gymnasium.wrappers name "
+                f"(e.g. FlattenObservation) or module:Class{hint}"
+            ) from None
+        if not (isinstance(wrapper, type) and issubclass(wrapper, gym.Wrapper)):
+            raise ConfigError(f"{key}: {w.name!r} is not a gymnasium.Wrapper class")
+        wrappers.append(wrapper)
+    return wrappers
+
+
+def _spaces(cfg: EnvConfig) -> SpaceInfo:
+    """Build one env of `cfg` to read its spaces."""
+    check_env_id(cfg.id, cfg.imports)
+    wrappers = _check_wrappers(cfg)
+    try:
+        env = make_one(cfg, wrap=False)
+    except ValueError as exc:
+        key = getattr(exc, "key", None)  # a task's own refusal of one of its arguments
+        if not isinstance(key, str):
+            raise _cannot_create(cfg, exc) from None
+        raise ConfigError(f"env.kwargs.{key}: {first_line(exc)}") from None
+    except TypeError as exc:
+        raise ConfigError(
+            f"env.kwargs: {cfg.id} rejected the arguments {cfg.kwargs}: {exc}"
+        ) from None
+    except Exception as exc:  # a missing optional dependency, a broken env module, ...
+        raise _cannot_create(cfg, exc) from None
+    for i, (w, wrapper) in enumerate(zip(cfg.wrappers, wrappers, strict=True)):
+        try:
+            env = wrapper(env, **w.kwargs)
+        except Exception as exc:
+            env.close()
+            raise ConfigError(
+                f"env.wrappers[{i}].kwargs: {w.name} rejected {w.kwargs} "
+                f"({type(exc).__name__}: {first_line(exc)})"
+            ) from None
+    try:
+        return describe_spaces(env.observation_space, env.action_space)
+    except UnsupportedSpace as exc:
+        raise ConfigError(f"env.id: {cfg.id} has {exc}; {_supported(exc)}") from None
+    finally:
+        env.close()
+
+
+def _cannot_create(cfg: EnvConfig, exc: BaseException) -> ConfigError:
+    return ConfigError(f"env.id: cannot create {cfg.id} ({type(exc).__name__}: {first_line(exc)})")
+
+
+def _spaces_for_envpool(cfg: EnvConfig) -> SpaceInfo:
+    try:
+        return _spaces(cfg)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc} (env.backend envpool: evaluation runs the Gymnasium task with the same "
+            "env.kwargs)"
+        ) from None
+
+
+def _supported(exc: UnsupportedSpace) -> str:
+    """What the policy supports instead of the space `exc` refused."""
+    if exc.why == "channels first":
+        return (
+            "images must be (height, width, channels) uint8, channels last: transpose it, "
+            "e.g. with a wrapper in env.wrappers"
+        )
+    if exc.which == "observation" and exc.why == "an image":
+        return "give the image as a key of a Dict observation space (channels last uint8)"
+    if exc.which.startswith("observation"):
+        return (
+            "supported: a flat Box, or a Dict of flat Boxes and (height, width, channels) "
+            "uint8 images (flatten others, e.g. env.wrappers: [{name: FlattenObservation}])"
+        )
+    if isinstance(exc.space, gym.spaces.Discrete):
+        return "Discrete actions must start at 0"
+    return "supported: flat Box (Gaussian head) or Discrete (categorical head)"
+
+
+def check_env(cfg: Config) -> SpaceInfo:
+    """Everything about `cfg` that needs the environment (one is built); returns its SpaceInfo."""
+    if cfg.env.backend == "envpool":
+        info = plan(cfg.env, _spaces_for_envpool).info
+    else:
+        info = _spaces(cfg.env)
+    return info
+
+
+def check_episodic(cfg: Config) -> None:
+    """Critic-free estimators collect whole episodes: the time limit must fit in a rollout."""
+    a = cfg.algorithm
+    if a.adv_type not in CRITIC_FREE:
+        return
+    limit = episode_limit(cfg.env)
+    if limit is None:
+        raise ConfigError(
+            f"env.max_episode_steps: {cfg.env.id} has no time limit; adv_type {a.adv_type!r} "
+            "collects whole episodes, set env.max_episode_steps"
+        )
+    if a.rollout_steps < limit:
+        raise ConfigError(
+            f"algorithm.rollout_steps: got {a.rollout_steps}; adv_type {a.adv_type!r} collects "
+            f"one whole episode per env, so it must be >= the episode limit {limit} "
+            "(env.max_episode_steps)"
+        )

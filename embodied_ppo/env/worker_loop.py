@@ -1,0 +1,123 @@
+"""What an env worker process runs (`env.processes` > 1): its group of members, stepped on
+command, by doorbell or by pipe (see `env.workers`, the main process's side)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import pickle
+import signal
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+
+import gymnasium as gym
+import numpy as np
+
+from embodied_ppo.core.obs import set_obs as obs_set
+from embodied_ppo.env.serial import SerialVectorEnv
+from embodied_ppo.env.shared import (
+    CMD,
+    DONE,
+    FAILED,
+    LOGS,
+    SPIN_SECONDS,
+    SharedArrays,
+    await_change,
+)
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """`exc`, or a RuntimeError with its text when it cannot cross a pipe."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def serve(
+    conn: Connection,
+    env_fns: list[Callable[[], gym.Env]],
+    rows: range,
+    threads: int,
+    shared: SharedArrays,
+    control_raw: ctypes.Array | None = None,
+) -> None:
+    """A worker process's life: build its group of members, then serve commands until
+    'close' or until the main process goes away (its pipe closes). With a control block
+    (`control_raw`), steps come by doorbell and every other command by pipe."""
+    # Stopping is the main process's decision: it finishes the iteration (stepping this
+    # worker), saves, and closes it. Ctrl-C and SIGTERM reach the whole process group.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        venv = SerialVectorEnv(env_fns, threads, out=shared.views(rows))
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            conn.send(("error", _picklable(exc)))
+        return
+    offset = rows.start
+    reply: tuple[str, object] | None = ("ok", None)
+    control = None if control_raw is None else np.frombuffer(control_raw, dtype=np.int64)
+    if control is not None:
+        arrays = shared.arrays()
+        part = slice(rows.start, rows.stop)
+        actions, ended_rows = arrays["action"][part], arrays["ended"][part]
+        success, final = arrays["success"][part], shared.obs_view(arrays, "final", part)
+        done = int(control[DONE])
+    while True:
+        if reply is not None:
+            try:
+                conn.send(reply)
+            except (EOFError, OSError):  # the main process is gone
+                break
+        reply = None
+        if control is not None and await_change(control, CMD, done, SPIN_SECONDS, conn):
+            try:
+                ended_rows[:] = False
+                logs = []
+                for i, o, s, log in venv.step_members(actions):
+                    ended_rows[i] = True
+                    success[i] = np.nan if s is None else float(s)
+                    obs_set(final, i, o)
+                    if log is not None:
+                        logs.append((i, log))
+                if logs:  # on the pipe before the counter rises: there when it is read
+                    conn.send(("logs", logs))
+                    control[LOGS] = 1
+            except BaseException as exc:
+                control[FAILED] = 1
+                reply = ("error", _picklable(exc))
+            done += 1
+            control[DONE] = done  # after everything it publishes
+            continue
+        try:
+            command, data = conn.recv()
+        except (EOFError, OSError):  # the main process is gone
+            break
+        try:
+            if command == "step":
+                # Indices of the ended episodes are the run's, not the group's.
+                ended = venv.step_members(data)
+                result: object = [(offset + i, o, s, log) for i, o, s, log in ended]
+            elif command == "reset":
+                venv.reset(seed=data)
+                result = None
+            elif command == "call":
+                result = venv.call(data[0], *data[1], **data[2])
+            elif command == "set_attr":
+                venv.set_attr(*data)
+                result = None
+            elif command == "close":
+                venv.close()
+                with contextlib.suppress(OSError):
+                    conn.send(("ok", None))
+                break
+            else:
+                raise ValueError(f"unknown command {command!r}")
+            reply = ("ok", result)
+        except BaseException as exc:
+            reply = ("error", _picklable(exc))
+    with contextlib.suppress(Exception):
+        venv.close()
+    conn.close()

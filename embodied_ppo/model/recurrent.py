@@ -1,0 +1,108 @@
+"""A recurrent core (LSTM or GRU) with a flat state that resets where an episode starts.
+
+The cells are written out in a few tensor operations (the equations of torch's nn.LSTM and
+nn.GRU, same parameter layout), so one module serves training (sequences, compiled), collection
+(one step) and export (TorchScript and ONNX trace it like any other layer).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+KINDS = ("lstm", "gru")
+
+
+class _Cell(nn.Module):
+    """One layer: the input projection of a whole sequence at once, then one step at a time.
+
+    Its state is flat (B, parts x size): [h, c] for an LSTM, h for a GRU.
+    """
+
+    def __init__(self, lstm: bool, in_dim: int, size: int) -> None:
+        super().__init__()
+        self.lstm, self.size = lstm, size
+        gates = 4 if lstm else 3  # LSTM: input, forget, cell, output; GRU: reset, update, new
+        self.weight_ih = nn.Parameter(torch.empty(gates * size, in_dim))
+        self.weight_hh = nn.Parameter(torch.empty(gates * size, size))
+        self.bias_ih = nn.Parameter(torch.zeros(gates * size))
+        self.bias_hh = nn.Parameter(torch.zeros(gates * size))
+        nn.init.orthogonal_(self.weight_ih)
+        nn.init.orthogonal_(self.weight_hh)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """The input projection (..., gates x size) of inputs (..., in): any leading shape."""
+        return F.linear(x, self.weight_ih, self.bias_ih)
+
+    def recur(self, xw: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(output h, new state) from the projected input (B, gates x size) and the state."""
+        H = self.size
+        h = state[:, :H]
+        hw = F.linear(h, self.weight_hh, self.bias_hh)
+        if self.lstm:
+            c = state[:, H:]
+            gates = xw + hw
+            i = torch.sigmoid(gates[:, :H])
+            f = torch.sigmoid(gates[:, H : 2 * H])
+            g = torch.tanh(gates[:, 2 * H : 3 * H])
+            o = torch.sigmoid(gates[:, 3 * H :])
+            c = f * c + i * g
+            h = o * torch.tanh(c)
+            return h, torch.cat([h, c], dim=1)
+        r = torch.sigmoid(xw[:, :H] + hw[:, :H])
+        z = torch.sigmoid(xw[:, H : 2 * H] + hw[:, H : 2 * H])
+        n = torch.tanh(xw[:, 2 * H :] + r * hw[:, 2 * H :])
+        h = (1.0 - z) * n + z * h
+        return h, h
+
+
+class RecurrentCore(nn.Module):
+    """An LSTM or GRU of `layers` layers, its state kept as one flat tensor (B, state_size).
+
+    For an LSTM the state holds (h, c) of every layer, for a GRU h of every layer, layer by
+    layer; flat either way, so buffers, checkpoints and exported policies treat both alike. The
+    state at an episode's start is zeros.
+    """
+
+    def __init__(self, kind: str, in_dim: int, size: int, layers: int) -> None:
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"unknown recurrent core {kind!r}, allowed: {', '.join(KINDS)}")
+        self.kind, self.size, self.layers = kind, size, layers
+        self.layer_state = size * (2 if kind == "lstm" else 1)
+        self.state_size = layers * self.layer_state
+        self.cells = nn.ModuleList(
+            _Cell(kind == "lstm", in_dim if i == 0 else size, size) for i in range(layers)
+        )
+
+    def forward(
+        self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Outputs (L, B, size) and the state after the last step, for inputs x (L, B, in),
+        the state before the first step (B, S) and episode starts (L, B): where starts[t] is
+        1 the state is zeroed before step t, so nothing of one episode reaches the next."""
+        keep = (1.0 - starts.to(x.dtype)).unsqueeze(-1)  # (L, B, 1)
+        S = self.layer_state
+        new_states = []
+        seq = x
+        for i, cell in enumerate(self.cells):
+            s = state[:, i * S : (i + 1) * S]
+            xw = cell.project(seq)  # every step's input projection in one product
+            outputs = []
+            for t in range(x.shape[0]):
+                h, s = cell.recur(xw[t], s * keep[t])
+                outputs.append(h)
+            seq = torch.stack(outputs)
+            new_states.append(s)
+        return seq, torch.cat(new_states, dim=1)
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: output (B, size) and new state for input (B, in) and state (B, S)."""
+        S = self.layer_state
+        new_states = []
+        h = x
+        for i, cell in enumerate(self.cells):
+            h, s = cell.recur(cell.project(h), state[:, i * S : (i + 1) * S])
+            new_states.append(s)
+        return h, torch.cat(new_states, dim=1)

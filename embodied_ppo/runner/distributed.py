@@ -1,0 +1,241 @@
+"""torch.distributed glue: one learner per rank, reductions that make N ranks one learner.
+
+Started by `torchrun` (which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). Every
+function here is a no-op in a single process, so the training code calls them unconditionally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar, cast
+
+import torch
+import torch.distributed as dist
+
+from embodied_ppo.core.errors import TrainingError, UserError
+from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import CheckpointState
+
+if TYPE_CHECKING:
+    from embodied_ppo.runner.collector import RolloutStats
+
+T = TypeVar("T")
+
+
+def launched_by_torchrun() -> bool:
+    """Whether torchrun started this process as one of several (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def launch_world_size() -> int:
+    """The number of processes torchrun started (before the group is joined)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def launch_rank() -> int:
+    """This process's rank as torchrun announced it (before the group is joined)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_initialized() -> bool:
+    """Whether this process has joined a process group."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    """This process's rank in the group (0 outside one)."""
+    return dist.get_rank() if is_initialized() else 0
+
+
+def world_size() -> int:
+    """The number of processes in the group (1 outside one)."""
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def is_main() -> bool:
+    """Whether this is process 0, the one that writes files and prints."""
+    return rank() == 0
+
+
+def local_device(device: torch.device) -> torch.device:
+    """Each rank's own GPU (LOCAL_RANK) when training on cuda."""
+    if device.type == "cuda" and device.index is None and is_initialized():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def init(device_name: str, backend: str = "auto", timeout_s: float = 600.0) -> None:
+    """Join the process group torchrun set up (nccl for cuda, gloo for cpu unless overridden)."""
+    if not launched_by_torchrun() or is_initialized():
+        return
+    if not dist.is_available():
+        raise UserError("torch.distributed is not available in this torch build")
+    wants_cuda = device_name.startswith("cuda") or (
+        device_name == "auto" and torch.cuda.is_available()
+    )
+    if backend == "auto":
+        backend = "nccl" if wants_cuda else "gloo"
+    if wants_cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    except Exception as exc:  # rendezvous failures: say what and where, in one line
+        raise UserError(
+            f"could not join the torch.distributed group ({backend}): {first_line(exc)}"
+        ) from None
+
+
+def shutdown() -> None:
+    """Leave the process group, if this process joined one."""
+    if is_initialized():
+        dist.destroy_process_group()
+
+
+def _guard(what: str) -> contextlib.AbstractContextManager[None]:
+    """Turn a collective's timeout or a dead peer into a TrainingError with a clear message."""
+
+    class _Ctx:
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc: BaseException | None,
+            tb: TracebackType | None,
+        ) -> bool:
+            if exc is not None and isinstance(exc, RuntimeError | dist.DistBackendError):
+                raise TrainingError(
+                    f"rank {rank()}: {what} failed: another rank died, hangs or timed out "
+                    f"(trainer.dist_timeout) ({first_line(exc)})"
+                ) from None
+            return False
+
+    return _Ctx()
+
+
+def all_reduce_sum(tensor: torch.Tensor, what: str = "all-reduce") -> torch.Tensor:
+    """Sum `tensor` over ranks, in place; returned for chaining."""
+    if is_initialized():
+        with _guard(what):
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def sum_scalars(
+    *values: torch.Tensor | float, device: torch.device | None = None
+) -> list[torch.Tensor]:
+    """Sum several scalars over ranks in one collective."""
+    packed = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in values])
+    all_reduce_sum(packed, "a statistics all-reduce")
+    return list(packed.unbind())
+
+
+def all_reduce_grads(params: list[torch.nn.Parameter], *extra: torch.Tensor) -> None:
+    """Sum gradients (and the scalars `extra`, in place) over ranks in one collective.
+
+    The losses are already weighted with global denominators, so the sum is the gradient of
+    the whole batch of all ranks.
+    """
+    if not is_initialized():
+        return
+    grads = [p.grad for p in params if p.grad is not None] + list(extra)
+    flat = torch.cat([g.reshape(-1).to(torch.float32) for g in grads])
+    all_reduce_sum(flat, "the gradient all-reduce")
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset : offset + n].view_as(g))
+        offset += n
+
+
+def broadcast_module(module: torch.nn.Module) -> None:
+    """Give every rank rank 0's parameters and buffers."""
+    if not is_initialized():
+        return
+    with _guard("the parameter broadcast"):
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(t.data, src=0)
+
+
+def broadcast_object(obj: T) -> T:
+    """Rank 0's `obj` on every rank."""
+    if not is_initialized():
+        return obj
+    box = [obj]
+    with _guard("an object broadcast"):
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj: T) -> list[T]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not is_initialized():
+        return [obj]
+    out: list[T | None] = [None] * world_size()
+    with _guard("an object all-gather"):
+        dist.all_gather_object(out, obj)
+    return cast("list[T]", out)  # every entry filled in by the all-gather
+
+
+def barrier() -> None:
+    """Wait until every process of the group gets here."""
+    if is_initialized():
+        with _guard("a barrier"):
+            dist.barrier()
+
+
+# ------------------------------------------------------------------------------ run helpers
+# Entries of a checkpoint that belong to one process of a distributed run.
+PER_RANK = ("envs", "collector_obs", "collector_recurrent", "rng", "reward_scaler")
+
+
+def agree(flag: bool) -> bool:
+    """True on every process as soon as one process says so (graceful stop in lockstep)."""
+    if world_size() == 1:
+        return flag
+    return bool(sum_scalars(float(flag))[0] > 0)
+
+
+def gather_episodes(
+    stats: RolloutStats,
+) -> tuple[list[float], list[int], int, list[float], list[dict[str, float]]]:
+    """Every process's finished episodes (returns, lengths), steps, successes and episode
+    logs, on every process (the fields of a collector.RolloutStats, in order)."""
+    parts = gather_objects(
+        (
+            stats.episode_returns,
+            stats.episode_lengths,
+            stats.steps,
+            stats.episode_successes,
+            stats.episode_logs,
+        )
+    )
+    returns = [r for p in parts for r in p[0]]
+    lengths = [n for p in parts for n in p[1]]
+    successes = [x for p in parts for x in p[3]]
+    logs = [x for p in parts for x in p[4]]
+    return returns, lengths, sum(p[2] for p in parts), successes, logs
+
+
+def local_view(state: CheckpointState) -> tuple[CheckpointState, str | None]:
+    """A checkpoint as this process reads it (its own envs, RNG and reward returns), and why
+    the envs cannot continue where they stood (None when they can)."""
+    ranks = state.get("ranks")
+    saved_world = int(state.get("world_size", 1))
+    if ranks is None and saved_world == world_size():
+        return state, None
+    view = dict(state)
+    if ranks is not None and saved_world == world_size():
+        view.update(ranks[rank()])
+        return view, None
+    # Another number of processes: weights, optimizer and statistics carry over; the envs
+    # start fresh, deterministic episodes (their states belong to another split).
+    view["envs"] = view["collector_obs"] = view["collector_recurrent"] = None
+    return (
+        view,
+        f"the checkpoint was written by {saved_world} process(es), this run has {world_size()}",
+    )

@@ -1,0 +1,168 @@
+"""A run's state as a checkpoint: what the trainer saves, and how it continues from one.
+
+Everything needed to continue a run exactly (docs/design.md, rule 6): the parameters, the
+optimizer, the normalizers and reward scaler, every random generator, the step, the reference
+policy and the environments in the middle of their episodes; as tensors and plain values
+(docs/design.md, rule 5).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from pathlib import Path
+
+import torch
+
+from embodied_ppo.algo.kl import InRewardKL
+from embodied_ppo.algo.reward_scaling import RewardScaler
+from embodied_ppo.config.schema import Config
+from embodied_ppo.core.errors import CheckpointError, TrainingError
+from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import CheckpointState
+from embodied_ppo.core.version import __version__
+from embodied_ppo.env.seeding import env_seeds
+from embodied_ppo.io.checkpoint import (
+    checkpoints_dir,
+    prune_checkpoints,
+    save_checkpoint,
+    write_checkpoint,
+)
+from embodied_ppo.io.rng import rng_state, set_rng_state
+from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.spec import PolicySpec
+from embodied_ppo.runner import distributed
+from embodied_ppo.runner.collector import Collector
+
+
+class RunState:
+    """The trainer's checkpointing: its state, saving it, and continuing from it."""
+
+    cfg: Config
+    run_dir: Path
+    world: int
+    main: bool
+    env_offset: int
+    policy: ActorCritic
+    optimizer: torch.optim.Adam
+    reward_scaler: RewardScaler
+    shuffle: torch.Generator
+    reference: ActorCritic | None
+    in_reward_kl: InRewardKL | None
+    collector: Collector
+    global_step: int
+    iteration: int
+    recent_returns: deque[float]
+    last_checkpoint: Path | None
+    saved_iteration: int
+    resume_note: str | None
+
+    def state(self) -> CheckpointState:
+        """Everything needed to continue this run, as tensors and plain values."""
+        collector = self.collector.state()
+        reference = None
+        if self.reference is not None:
+            reference = {
+                "spec": self.reference.spec.to_dict(),
+                "model": self.reference.state_dict(),
+            }
+        return {
+            "package_version": __version__,
+            "config": self.cfg.to_dict(),
+            "model_spec": self.policy.spec.to_dict(),
+            "model": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "reward_scaler": self.reward_scaler.state_dict(),
+            "global_step": self.global_step,
+            "iteration": self.iteration,
+            "recent_returns": list(self.recent_returns),
+            "rng": rng_state(self.shuffle),
+            "kl_coef": None if self.in_reward_kl is None else self.in_reward_kl.coef,
+            "reference": reference,
+            # Where the envs stand mid-episode and what the policy acts on next (exact resume).
+            "envs": collector["envs"],
+            "collector_obs": collector["obs"],
+            "collector_recurrent": collector["recurrent"],
+        }
+
+    def save(self) -> Path:
+        """Write checkpoints/ckpt_<step>.pt and latest.pt (process 0 of a distributed run,
+        with every process's own part); returns the checkpoint's path."""
+        state = self.state()
+        if self.world > 1:
+            # What differs between processes travels per rank; process 0 writes the file.
+            state["ranks"] = distributed.gather_objects({k: state[k] for k in distributed.PER_RANK})
+            state["world_size"] = self.world
+        path, error = None, None
+        if self.main:
+            try:
+                path = save_checkpoint(self.run_dir, state, self.global_step)
+            except OSError as exc:  # disk full, permissions: stop rather than train unprotected
+                error = (
+                    f"iteration {self.iteration}: cannot write a checkpoint to "
+                    f"{checkpoints_dir(self.run_dir)} ({exc.strerror or exc}); "
+                    f"last good checkpoint: {self._last_good()}"
+                )
+        path, error = distributed.broadcast_object((str(path) if path else None, error))
+        if error is not None:
+            raise TrainingError(error)
+        keep = self.cfg.trainer.keep_checkpoints
+        if self.main and keep is not None:
+            prune_checkpoints(self.run_dir, keep)
+        self.last_checkpoint, self.saved_iteration = Path(path), self.iteration
+        return self.last_checkpoint
+
+    def save_best(self, evaluation: dict[str, float]) -> None:
+        """Write checkpoints/best.pt: the run state now, with the evaluation that made it best."""
+        write_checkpoint(
+            checkpoints_dir(self.run_dir) / "best.pt", self.state() | {"eval": evaluation}
+        )
+
+    def _last_good(self) -> str:
+        return str(self.last_checkpoint) if self.last_checkpoint else "none written yet"
+
+    def restore(self, state: CheckpointState) -> None:
+        """Continue from a checkpoint of this run (its process's own view of it)."""
+        if not same_spec(state.get("model_spec"), self.policy.spec):
+            raise CheckpointError(
+                "checkpoint was written for a different environment or architecture than this config"
+            )
+        try:
+            self.policy.load_state_dict(state["model"])
+            # A copy: Optimizer.load_state_dict keeps the given tensors, and training would
+            # then change the caller's checkpoint dict in place.
+            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+            set_rng_state(state["rng"], self.shuffle)
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            raise CheckpointError(
+                f"checkpoint does not match this run: {first_line(exc)}"
+            ) from None
+        self.global_step = int(state["global_step"])
+        self.iteration = int(state["iteration"])
+        self.saved_iteration = self.iteration
+        latest = checkpoints_dir(self.run_dir) / f"ckpt_{self.global_step}.pt"
+        self.last_checkpoint = latest if latest.is_file() else None
+        self.recent_returns.extend(state.get("recent_returns", []))
+        # The envs where they stood mid-episode; or, where that cannot be, fresh episodes
+        # seeded from the run seed and the iteration (deterministic, not the uninterrupted run).
+        e = self.cfg.env
+        saved = None
+        if state.get("envs") is not None:
+            saved = {
+                "envs": state["envs"],
+                "obs": state.get("collector_obs"),
+                "recurrent": state.get("collector_recurrent"),
+            }
+        fresh = env_seeds(self.cfg.trainer.seed, e.num_envs, self.env_offset, self.iteration)
+        reason = self.collector.restore(saved, fresh, self.global_step // e.num_envs)
+        if reason is not None:
+            self.resume_note = f"environments start fresh episodes ({self.resume_note or reason})"
+
+
+def same_spec(saved: object, spec: PolicySpec) -> bool:
+    """Whether a checkpoint's model_spec describes the architecture `spec`."""
+    try:
+        return isinstance(saved, dict) and PolicySpec.from_dict(saved) == spec
+    except (KeyError, TypeError, ValueError):
+        return False

@@ -1,0 +1,193 @@
+"""Check the package's architecture: layers import only the layers below them, no import circle,
+no module over the size limit, a docstring on every public function and class.
+
+    python scripts/check_architecture.py            # exit 1 and one line per violation
+    python scripts/check_architecture.py --graph    # also print the layer-to-layer imports
+
+The layers, from the bottom (docs/design.md, "The layers"): core, config, model and io (beside
+each other), env, algo, runner, app. The test suite runs this check (tests/test_architecture.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "embodied_ppo"
+
+# What each layer may import of the package (besides itself).
+ALLOWED: dict[str, frozenset[str]] = {
+    "core": frozenset(),
+    "config": frozenset({"core"}),
+    "model": frozenset({"core"}),
+    "io": frozenset({"core", "config"}),
+    "env": frozenset({"core", "config", "io"}),
+    "algo": frozenset({"core", "config", "model"}),
+    "runner": frozenset({"core", "config", "model", "io", "env", "algo"}),
+    "app": frozenset({"core", "config", "model", "io", "env", "algo", "runner"}),
+}
+# The package's own top-level modules: `__init__` (the lazy public API) and `__main__`.
+TOP = {"__init__": frozenset(ALLOWED), "__main__": frozenset({"app"})}
+MAX_LINES = 400
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import of a package module by another."""
+
+    source: str  # importing module, dotted
+    target: str  # imported module, dotted
+    line: int
+    nested: bool  # inside a function (imported when called, not when loaded)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name."""
+    return {module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
+
+
+def resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The package module `name` refers to (a module, or a name inside one)."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> list[Import]:
+    tree = ast.parse(path.read_text())
+    out: list[Import] = []
+    top_level = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        nested = id(node) not in top_level and not _in_type_checking(tree, node)
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            targets = [f"{node.module}.{a.name}" for a in node.names]
+        for t in targets:
+            if not t.startswith(PACKAGE):
+                continue
+            resolved = resolve(t, known)
+            if resolved is not None and resolved != name:
+                out.append(Import(name, resolved, node.lineno, nested))
+    return out
+
+
+def _in_type_checking(tree: ast.Module, node: ast.AST) -> bool:
+    for top in tree.body:
+        guarded = isinstance(top, ast.If) and "TYPE_CHECKING" in ast.unparse(top.test)
+        if guarded and any(node is sub for sub in ast.walk(top)):
+            return True
+    return False
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def check_layers(edges: list[Import]) -> list[str]:
+    problems = []
+    for e in edges:
+        src, dst = layer(e.source), layer(e.target)
+        if dst == "__init__":  # the lazy public API itself
+            continue
+        allowed = TOP.get(src) if src in TOP else ALLOWED.get(src)
+        if allowed is None:
+            problems.append(f"{e.source}: not in a layer ({', '.join(ALLOWED)})")
+        elif src != dst and dst not in allowed:
+            problems.append(f"{e.source}:{e.line}: imports {e.target} ({src} may not import {dst})")
+    return problems
+
+
+def cycles(edges: list[Import]) -> list[list[str]]:
+    """Import circles among modules (every import counts, nested ones too)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for e in edges:
+        graph[e.source].add(e.target)
+    found, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                found.append(stack[stack.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def undocumented(path: Path, name: str) -> list[str]:
+    """Public functions, methods and classes without a docstring."""
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            public = not node.name.startswith("_")
+            if public and ast.get_docstring(node) is None and not _trivial(node):
+                out.append(f"{name}:{node.lineno}: {node.name} has no docstring")
+    return out
+
+
+def _trivial(node: ast.AST) -> bool:
+    """Properties and overrides whose name says it all (a one-line `return self.x`)."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = [n for n in node.body if not isinstance(n, ast.Expr)]
+    decorated = any(ast.unparse(d) in ("property", "staticmethod") for d in node.decorator_list)
+    dunder = node.name.startswith("__") and node.name.endswith("__")
+    return len(body) == 1 and isinstance(body[0], ast.Return) and (decorated or dunder)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graph", action="store_true", help="print layer-to-layer imports")
+    args = parser.parse_args(argv)
+    known = modules()
+    edges = [e for name, path in known.items() for e in imports_of(name, path, known)]
+    problems = check_layers(edges)
+    problems += [f"import circle: {' -> '.join(c)}" for c in cycles(edges)]
+    for name, path in known.items():
+        n = len(path.read_text().splitlines())
+        if n > MAX_LINES:
+            problems.append(f"{name}: {n} lines (at most {MAX_LINES})")
+        problems += undocumented(path, name)
+    if args.graph:
+        pairs = sorted({(layer(e.source), layer(e.target)) for e in edges})
+        for src, dst in pairs:
+            print(f"{src} -> {dst}")
+    nested = [e for e in edges if e.nested]
+    for p in problems:
+        print(p)
+    print(
+        f"{len(known)} modules, {len(edges)} internal imports ({len(nested)} inside functions), "
+        f"{len(problems)} problem(s)",
+        file=sys.stderr,
+    )
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

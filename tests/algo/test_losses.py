@@ -1,0 +1,152 @@
+"""Each loss term against numbers computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from support import KW, actor_critic_loss
+
+from embodied_ppo.algo.losses import explained_variance, value_error
+
+
+def policy_only(ratio, adv, **kw):
+    ratio = torch.tensor(ratio, dtype=torch.float64)
+    adv = torch.tensor(adv, dtype=torch.float64)
+    lp = torch.log(ratio)
+    zeros = torch.zeros_like(adv)
+    return actor_critic_loss(lp, zeros, adv, zeros, zeros, zeros, zeros, **{**KW, **kw})
+
+
+@pytest.mark.parametrize(
+    "ratio, adv, expected",
+    [
+        (1.5, 2.0, -2.0 * 1.3),  # A > 0, ratio above 1 + high: clipped at 1.3
+        (0.5, 2.0, -2.0 * 0.5),  # A > 0, ratio below 1 - low: unclipped (pessimistic) term
+        (0.5, -2.0, 2.0 * 0.8),  # A < 0, ratio below 1 - low: clipped at 0.8
+        (1.5, -2.0, 2.0 * 1.5),  # A < 0, ratio above 1 + high: unclipped
+        (1.1, 1.0, -1.1),  # inside the trust region
+    ],
+)
+def test_clipped_surrogate_both_sides(ratio, adv, expected):
+    _, m = policy_only([ratio], [adv])
+    assert m["policy_loss"].item() == pytest.approx(expected)
+
+
+def test_clipfrac_uses_asymmetric_bounds():
+    _, m = policy_only([0.85, 1.25, 1.35, 0.75], [1.0, 1.0, 1.0, 1.0])
+    # low=0.2 -> 0.8, high=0.3 -> 1.3: only 1.35 and 0.75 are outside.
+    assert m["clipfrac"].item() == pytest.approx(0.5)
+
+
+def test_dual_clip_bounds_negative_advantages_only():
+    # ratio 5 with A = -1: plain PPO loss 5.0; dual clip c = 3 bounds it at 3.0.
+    _, plain = policy_only([5.0, 5.0], [-1.0, 1.0])
+    _, dual = policy_only([5.0, 5.0], [-1.0, 1.0], clip_ratio_c=3.0)
+    assert plain["policy_loss"].item() == pytest.approx((5.0 + -1.3) / 2)
+    assert dual["policy_loss"].item() == pytest.approx((3.0 + -1.3) / 2)
+    assert dual["dual_clipfrac"].item() == pytest.approx(0.5)
+    # Below the bound nothing changes.
+    _, small = policy_only([1.5], [-1.0], clip_ratio_c=3.0)
+    assert small["policy_loss"].item() == pytest.approx(1.5)
+    assert small["dual_clipfrac"].item() == 0.0
+
+
+def test_ratio_uses_clamped_log_ratio():
+    lp = torch.tensor([100.0])
+    zeros = torch.zeros(1)
+    loss, m = actor_critic_loss(lp, zeros, torch.tensor([-1.0]), zeros, zeros, zeros, zeros, **KW)
+    assert math.isfinite(loss.item())
+    assert m["policy_loss"].item() == pytest.approx(math.exp(20.0), rel=1e-5)
+
+
+def value_only(v, v_old, ret, value_clip, huber_delta):
+    v = torch.tensor(v, dtype=torch.float64)
+    kw = {**KW, "value_clip": value_clip, "huber_delta": huber_delta, "value_loss_coef": 1.0}
+    zeros = torch.zeros_like(v)
+    return actor_critic_loss(
+        zeros,
+        zeros,
+        zeros,
+        v,
+        torch.tensor(v_old, dtype=torch.float64),
+        torch.tensor(ret, dtype=torch.float64),
+        zeros,
+        **kw,
+    )
+
+
+def test_value_loss_squared_error_without_clip():
+    loss, m = value_only([1.0, 3.0], [0.0, 0.0], [2.0, 0.0], None, None)
+    assert m["value_loss"].item() == pytest.approx((0.5 * 1 + 0.5 * 9) / 2)
+    assert loss.item() == pytest.approx(m["value_loss"].item())
+
+
+def test_value_clip_takes_the_max_of_clipped_and_unclipped():
+    # v moved from 0 to 1 with clip 0.2: v_clip = 0.2; R = 2 -> max(0.5*1, 0.5*1.8^2) = 1.62
+    _, m = value_only([1.0], [0.0], [2.0], 0.2, None)
+    assert m["value_loss"].item() == pytest.approx(0.5 * 1.8**2)
+    assert m["value_clipfrac"].item() == 1.0
+    # Moving toward R beyond the clip is penalized; moving past R is the unclipped term.
+    _, m = value_only([3.0], [0.0], [2.0], 0.2, None)
+    assert m["value_loss"].item() == pytest.approx(max(0.5 * 1.0, 0.5 * 1.8**2))
+
+
+def test_value_clip_with_huber():
+    # delta 1: huber(1.8) = 1 * (1.8 - 0.5) = 1.3; huber(1.0) = 0.5
+    _, m = value_only([1.0], [0.0], [2.0], 0.2, 1.0)
+    assert m["value_loss"].item() == pytest.approx(1.3)
+    _, m = value_only([1.9], [2.0], [2.0], 0.2, 1.0)  # inside the clip, small error: quadratic
+    assert m["value_loss"].item() == pytest.approx(0.5 * 0.1**2)
+    assert m["value_clipfrac"].item() == 0.0
+
+
+def test_huber_matches_definition():
+    e = torch.tensor([-3.0, -0.5, 0.0, 0.5, 3.0])
+    h = value_error(e, 1.0)
+    expected = torch.tensor([2.5, 0.125, 0.0, 0.125, 2.5])
+    assert torch.allclose(h, expected)
+    assert torch.allclose(value_error(e, None), 0.5 * e**2)
+
+
+def test_entropy_bonus_sign_lowers_loss_for_higher_entropy():
+    zeros = torch.zeros(2)
+    ent = torch.tensor([1.0, 3.0])
+    kw = {**KW, "entropy_bonus": 0.1}
+    loss, m = actor_critic_loss(zeros, zeros, zeros, zeros, zeros, zeros, ent, **kw)
+    assert m["entropy"].item() == pytest.approx(2.0)
+    assert loss.item() == pytest.approx(-0.1 * 2.0)
+    # Gradient descent on the loss increases entropy.
+    ent = torch.tensor([1.0], requires_grad=True)
+    loss, _ = actor_critic_loss(
+        zeros[:1], zeros[:1], zeros[:1], zeros[:1], zeros[:1], zeros[:1], ent, **kw
+    )
+    loss.backward()
+    assert ent.grad.item() < 0
+
+
+def test_total_loss_combines_terms_with_coefficients():
+    lp = torch.log(torch.tensor([1.1, 0.9]))
+    zeros = torch.zeros(2)
+    adv = torch.tensor([1.0, -1.0])
+    v, ret, ent = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 1.0]), torch.tensor([0.7, 0.7])
+    kw = {**KW, "value_loss_coef": 0.5, "entropy_bonus": 0.01}
+    loss, m = actor_critic_loss(lp, zeros, adv, v, zeros, ret, ent, **kw)
+    pol = (-1.1 + 0.9) / 2
+    val = (0.5 * 1.0 + 0.0) / 2
+    assert m["policy_loss"].item() == pytest.approx(pol, abs=1e-6)
+    assert loss.item() == pytest.approx(pol + 0.5 * val - 0.01 * 0.7, abs=1e-6)
+
+
+def test_approx_kl_metric():
+    r = torch.tensor([1.2, 0.8], dtype=torch.float64)
+    _, m = policy_only(r.tolist(), [1.0, 1.0])
+    expected = ((r - 1) - torch.log(r)).mean().item()
+    assert m["approx_kl"].item() == pytest.approx(expected)
+
+
+def test_explained_variance():
+    target = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert explained_variance(target, target).item() == pytest.approx(1.0)
+    assert explained_variance(torch.full((4,), 2.5), target).item() == pytest.approx(0.0)

@@ -1,0 +1,383 @@
+"""The update: minibatch coverage, the compiled step, clipping, skipped steps, lr rules."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from support import ROOT, make_update, random_batch, spec
+
+from embodied_ppo.algo.minibatches import minibatch_indices
+from embodied_ppo.algo.schedules import adapt_learning_rate, learning_rate
+from embodied_ppo.algo.settings import UpdateSettings
+from embodied_ppo.algo.update import NonFiniteError, PPOUpdate, make_optimizer
+from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
+from embodied_ppo.model.actor_critic import ActorCritic
+
+
+def updater(policy, algo=None, optim=None, compile=False, reference=None):
+    optim = optim or OptimConfig()
+    algo = algo or AlgorithmConfig(minibatch_size=16)
+    opt = make_optimizer(policy, optim)
+    settings = UpdateSettings(algo, optim, compile=compile)
+    return PPOUpdate(policy, opt, torch.Generator(), settings, reference), opt
+
+
+def test_every_transition_visited_once_per_epoch():
+    g = torch.Generator().manual_seed(0)
+    batches = list(minibatch_indices(60, 12, g, torch.device("cpu")))
+    assert len(batches) == 5 and all(b.numel() == 12 for b in batches)
+    assert sorted(torch.cat(batches).tolist()) == list(range(60))
+    again = torch.cat(list(minibatch_indices(60, 12, g, torch.device("cpu"))))
+    assert not torch.equal(torch.cat(batches), again)  # reshuffled each epoch
+
+
+def test_metrics_present():
+    _, m = make_update("gaussian")
+    for key in (
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clipfrac",
+        "dual_clipfrac",
+        "value_clipfrac",
+        "grad_norm",
+        "std",
+    ):
+        assert key in m
+    assert m["num_gradient_steps"] == 3 * 48 / 16
+
+
+def test_the_update_is_the_autograd_update():
+    # The same three steps written out with plain autograd and torch.optim.Adam.
+    from embodied_ppo.algo.losses import ppo_loss
+    from embodied_ppo.algo.minibatches import aggregation_weights
+
+    policy, _ = make_update("gaussian", algo_kw={"update_epochs": 1, "minibatch_size": 48})
+    torch.manual_seed(0)
+    ref = ActorCritic(spec("gaussian"))
+    ref.obs_normalizer.update(torch.randn(100, 5) * 3)
+    assert not torch.equal(ref.action_head.weight, policy.action_head.weight)
+    opt = torch.optim.Adam(ref.parameters(), lr=1e-3, eps=1e-5)
+    b = random_batch()
+    order = torch.randperm(48, generator=torch.Generator().manual_seed(1))
+    b = {k: v[order] for k, v in b.items()}
+    w = aggregation_weights(b["mask"].reshape(1, -1), "token-mean", 8)[0]
+    lp, ent, v, _ = ref.evaluate(b["obs"], b["actions"])
+    loss, _ = ppo_loss(
+        lp, b["logprobs"], b["advantages"], ent, w, clip_ratio_low=0.2, clip_ratio_high=0.2,
+        clip_ratio_c=3.0, entropy_bonus=0.01, values=v, old_values=b["values"],
+        returns=b["returns"], value_clip=0.2, huber_delta=10.0, value_loss_coef=0.5,
+    )  # fmt: skip
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+    opt.step()
+    for (name, a), c in zip(ref.state_dict().items(), policy.state_dict().values()):
+        assert torch.allclose(a, c, atol=1e-6), name
+
+
+def test_grad_clipping_limits_the_step():
+    # Adam's first moment after one step is (1 - beta1) x the clipped gradient.
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    upd, opt = updater(policy, AlgorithmConfig(minibatch_size=48, update_epochs=1),
+                       OptimConfig(max_grad_norm=0.01))  # fmt: skip
+    m = upd.update(random_batch(), 8)
+    assert m["grad_norm"] > 0.1  # reported before clipping
+    moments = torch.cat([opt.state[p]["exp_avg"].reshape(-1) for p in policy.parameters()])
+    assert moments.norm().item() == pytest.approx(0.1 * 0.01, rel=1e-3)
+
+
+def test_non_finite_loss_never_reaches_the_weights():
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    before = copy.deepcopy(policy.state_dict())
+    upd, opt = updater(policy)
+    batch = random_batch()
+    batch["returns"][3] = float("nan")
+    with pytest.raises(NonFiniteError, match="value_loss"):
+        upd.update(batch, 8)
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert all(int(s["step"]) == 0 for s in opt.state.values())
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_deferred_non_finite_check_skips_the_steps_without_a_sync(monkeypatch, compile):
+    # The accelerator path: flagged steps change nothing; the error comes at the end.
+    monkeypatch.setattr(PPOUpdate, "_checks_each_step", lambda self, device: False)
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    before = copy.deepcopy(policy.state_dict())
+    upd, opt = updater(policy, compile=compile)
+    upd.update(random_batch(), 8)  # a good update first: Adam has moments to keep
+    after_good = copy.deepcopy(policy.state_dict())
+    moments = {id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in policy.parameters()}
+    assert not all(torch.equal(v, before[k]) for k, v in after_good.items())
+    batch = random_batch()
+    batch["returns"][:] = float("nan")  # every minibatch is poisoned
+    with pytest.raises(NonFiniteError, match="epoch 0, minibatch 0"):
+        upd.update(batch, 8)
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, after_good[k]), k
+    for p in policy.parameters():  # moments and step counts untouched
+        for key, value in opt.state[p].items():
+            assert torch.equal(value, moments[id(p)][key]), key
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_early_stop_drops_the_step_that_trips_it(compile):
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    batch = random_batch()
+    with torch.no_grad():
+        batch["logprobs"], _, batch["values"], _ = policy.evaluate(batch["obs"], batch["actions"])
+    upd, opt = updater(policy, AlgorithmConfig(minibatch_size=16, early_stop_kl=1e-9),
+                       OptimConfig(lr=1e-2), compile=compile)  # fmt: skip
+    m = upd.update(batch, 8)
+    # The first minibatch has ratio 1 (kl 0): it steps; the next one exceeds the threshold.
+    assert m["num_gradient_steps"] == 1 and m["early_stopped"] == 1.0
+    assert all(int(s["step"]) == 1 for s in opt.state.values())
+
+
+def test_a_repeated_update_skips_the_guards_and_computes_the_same(monkeypatch):
+    # The second update with a batch signature calls the compiled graphs without Dynamo's
+    # guards; it computes what guarded calls compute. A batch of another dtype (a signature not
+    # seen whole) runs with every guard: the float32 graphs never see float64 inputs.
+    stances = []
+    set_stance = torch.compiler.set_stance
+
+    def spy(*args, **kw):
+        stances.append(kw.get("skip_guard_eval_unsafe", False))
+        return set_stance(*args, **kw)
+
+    monkeypatch.setattr(torch.compiler, "set_stance", spy)
+    batches = [random_batch(seed=0), random_batch(seed=1), random_batch(seed=2)]
+    for field in ("advantages", "returns"):
+        batches[2][field] = batches[2][field].double()
+
+    def train(trusting):
+        torch.manual_seed(0)
+        policy = ActorCritic(spec())
+        upd, _ = updater(policy, compile=True)
+        if not trusting:
+            monkeypatch.setattr(upd.step, "calls", lambda signature: contextlib.nullcontext())
+        states = []
+        for batch in batches:
+            upd.update(batch, 8)
+            states.append(copy.deepcopy(policy.state_dict()))
+        return states
+
+    guarded = train(trusting=False)
+    assert stances == []
+    trusted = train(trusting=True)
+    assert stances == [True]  # the second update only
+    for ours, ref in zip(trusted, guarded, strict=True):
+        for k, v in ours.items():
+            assert torch.equal(v, ref[k]), k
+
+
+def test_compiled_update_matches_eager():
+    eager, m_eager = make_update("gaussian", None)
+    compiled, m = make_update("gaussian", None, compile=True)
+    for k, v in eager.state_dict().items():
+        assert torch.allclose(v, compiled.state_dict()[k], atol=1e-5), k
+    for key in m_eager:
+        assert m[key] == pytest.approx(m_eager[key], rel=1e-4, abs=1e-6), key
+
+
+def test_without_a_compiler_training_runs_eagerly_with_one_note(tmp_path):
+    # No C++ compiler on the PATH and an empty compile cache: the command trains anyway, says
+    # so in one line, and computes what trainer.compile=false computes.
+    from conftest import TINY
+
+    from embodied_ppo.io.checkpoint import load_checkpoint
+
+    def train(run: str, *extra: str) -> str:
+        env = {
+            **os.environ,
+            "PATH": str(tmp_path / "bin"),
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+            "PYTHONWARNINGS": "ignore",
+        }
+        tiny = [o for o in TINY if not o.startswith("trainer.compile")]
+        args = ["configs/cartpole.yaml", *tiny, f"trainer.run_dir={tmp_path / run}", *extra]
+        out = subprocess.run(
+            [sys.executable, "-m", "embodied_ppo", "train", *args],
+            capture_output=True, text=True, cwd=ROOT, env=env,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    (tmp_path / "bin").mkdir()
+    out = train("compiled", "trainer.compile=true")
+    notes = [line for line in out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "trainer.compile: the update could not be compiled" in notes[0]
+    assert "No working C++ compiler" in notes[0] and "runs eagerly" in notes[0]
+    assert "note:" not in train("eager", "trainer.compile=false")
+    a, b = load_checkpoint(tmp_path / "compiled"), load_checkpoint(tmp_path / "eager")
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+
+
+def test_optimizer_state_survives_a_checkpoint_round_trip():
+    # The flat moments are the optimizer's per-parameter state: saved and loaded as usual.
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    upd, opt = updater(policy)
+    upd.update(random_batch(), 8)
+    saved = copy.deepcopy(opt.state_dict())
+    upd.update(random_batch(seed=1), 8)
+    expected = copy.deepcopy(policy.state_dict())
+
+    torch.manual_seed(0)
+    other = ActorCritic(spec())
+    upd2, opt2 = updater(other)
+    upd2.update(random_batch(), 8)
+    opt2.load_state_dict(copy.deepcopy(saved))  # replaces the state tensors
+    upd2.update(random_batch(seed=1), 8)
+    for k, v in expected.items():
+        assert torch.equal(v, other.state_dict()[k]), k
+
+
+def test_learning_rate_schedules():
+    assert learning_rate(OptimConfig(lr=1.0), 0.5) == 1.0
+    lin = OptimConfig(lr=1.0, schedule="linear")
+    assert [learning_rate(lin, p) for p in (0.0, 0.25, 0.5, 0.75)] == [1.0, 0.75, 0.5, 0.25]
+    ada = OptimConfig(lr=1e-3, schedule="adaptive")
+    assert learning_rate(ada, 0.9, current=4e-3) == 4e-3
+
+
+def test_adaptive_learning_rate_thresholds():
+    o = OptimConfig(lr=1e-3, schedule="adaptive", desired_kl=0.01, lr_min=1e-5, lr_max=1e-2)
+
+    def adapt(lr, kl):
+        return adapt_learning_rate(torch.tensor(lr, dtype=torch.float64), torch.tensor(kl), o)
+
+    assert adapt(1e-3, 0.021).item() == pytest.approx(1e-3 / 1.5)  # kl > 2 x desired
+    assert adapt(1e-3, 0.019).item() == pytest.approx(1e-3)  # in between: unchanged
+    assert adapt(1e-3, 0.0051).item() == pytest.approx(1e-3)
+    assert adapt(1e-3, 0.0049).item() == pytest.approx(1.5e-3)  # kl < desired / 2
+    assert adapt(9e-3, 0.0).item() == pytest.approx(1e-2)  # clamped at lr_max
+    assert adapt(1.2e-5, 1.0).item() == pytest.approx(1e-5)  # clamped at lr_min
+
+
+def test_update_reduces_the_loss_on_a_fixed_batch():
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    batch = random_batch()
+    with torch.no_grad():
+        v0 = policy.value(batch["obs"])
+    err0 = (batch["returns"] - v0).square().mean()
+    algo = AlgorithmConfig(minibatch_size=48, update_epochs=300, value_clip=None)
+    upd, _ = updater(policy, algo, OptimConfig(lr=3e-3))
+    upd.update(batch, 8)
+    with torch.no_grad():
+        err1 = (batch["returns"] - policy.value(batch["obs"])).square().mean()
+    assert err1 < 0.5 * err0
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("start, bound", [(2.5, 2.0), (-14.7, -5.0)])
+def test_the_log_std_parameter_is_held_inside_its_range(compile, start, bound):
+    """Past the forward pass's clamp the log-std would get no gradient and stay (above) or lose
+    the action noise in float32 (below): each step puts it back at the bound, where its gradient
+    acts again."""
+    torch.manual_seed(0)
+    policy = ActorCritic(spec("gaussian"))
+    with torch.no_grad():
+        policy.log_std.fill_(start)
+    before = policy.log_std.detach().clone()
+    upd, _ = updater(policy, AlgorithmConfig(minibatch_size=16, update_epochs=1), compile=compile)
+    upd.update(random_batch(), 8)
+    after = policy.log_std.detach()
+    assert not torch.equal(after, before)
+    assert (after >= -5.0).all() and (after <= 2.0).all()
+    assert torch.allclose(after, torch.full_like(after, bound), atol=0.01)  # Adam's steps are small
+
+
+def test_action_noise_survives_in_float32_at_the_log_std_floor():
+    """A policy whose log-std parameter went far below the floor (-14.7) and whose mean is large
+    (17) still samples actions that differ from the mean, and the log-probability recomputed
+    from the stored action is the one the noise gives."""
+    torch.manual_seed(0)
+    policy = ActorCritic(spec("gaussian"))
+    with torch.no_grad():
+        policy.log_std.fill_(-14.7)
+        policy.action_head.bias.fill_(17.0)
+    obs = torch.randn(256, 5)
+    noise = torch.randn(256, 3, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        action, logprob, _ = policy.act(obs, noise)
+        mean = policy.act(obs, deterministic=True)[0]
+    assert (action != mean).all()
+    dist, _ = policy(obs)
+    expected = (-0.5 * noise.square() - dist.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    assert torch.allclose(logprob, expected, atol=1e-2)
+
+
+def test_the_cpu_compiler_probe_thread_imports_nothing():
+    # Two threads importing torch's compiler stack at once can meet each other's
+    # half-initialized modules: the probe's imports happen before its thread starts.
+    code = """
+import sys, threading
+import torch
+seen = []
+
+class Spy:  # consulted for every module not imported yet, by whichever thread imports it
+    def find_spec(self, name, path=None, target=None):
+        seen.append((threading.current_thread().name, name))
+        return None
+
+sys.meta_path.insert(0, Spy())
+import embodied_ppo.algo.compiler as gs
+gs.probe_cpu_compiler()
+assert gs._PROBE is not None
+gs._await_probe()
+print([name for thread, name in seen if thread == "embodied-ppo-isa-probe"])
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout[-2000:]
+
+
+def test_the_cpu_compiler_probe_runs_beside_the_build_and_the_first_compiled_call_waits(
+    tmp_path, monkeypatch
+):
+    import threading
+    import time
+
+    from conftest import tiny_config
+    from torch._inductor import cpu_vec_isa
+
+    import embodied_ppo.algo.compiler as gs
+    from embodied_ppo.runner.trainer import Trainer
+
+    done: list[str] = []
+
+    def slow_probe():
+        time.sleep(2.0)
+        done.append(threading.current_thread().name)
+
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", slow_probe)
+    monkeypatch.setattr(gs, "_PROBE", None)
+    cfg = tiny_config("Pendulum-v1", trainer={"compile": True})
+    trainer = Trainer(cfg, tmp_path)
+    assert done == []  # the build did not wait for it
+    probe = gs._PROBE
+    assert probe is not None and probe.name == "embodied-ppo-isa-probe"
+    gs.probe_cpu_compiler()
+    assert gs._PROBE is probe  # once per process
+    step = trainer.updater.step
+    assert step.compiled
+    monkeypatch.setattr(step, "_step", lambda *args: "stepped")
+    assert step._guarded(2) == "stepped"
+    assert done == ["embodied-ppo-isa-probe"] and not probe.is_alive()

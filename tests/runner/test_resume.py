@@ -1,0 +1,256 @@
+"""Exact resume: N iterations straight == N/2, a checkpoint, a resume and N/2 more (bitwise, CPU)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+from gymnasium import spaces
+
+from embodied_ppo.env.state import (
+    NotCapturable,
+    capture_env,
+    from_checkpoint,
+    restore_env,
+    to_checkpoint,
+)
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.runner.trainer import Trainer
+
+# Keys of metrics.jsonl that measure wall time, not what was computed.
+TIMING = {"time", "charts/SPS", "charts/collect_time", "charts/update_time"}
+
+
+class _Sim:
+    """State kept in an object the generic capture cannot look into."""
+
+    def __init__(self) -> None:
+        self.x = np.zeros(2)
+
+
+class OpaqueEnv(gym.Env):
+    """A small stochastic task whose state lives in a `_Sim` (not capturable)."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.sim = _Sim()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.sim.x = self.np_random.normal(size=2)
+        return self.sim.x.astype(np.float32), {}
+
+    def step(self, action):
+        noise = self.np_random.normal(size=2) * 0.1
+        self.sim.x = 0.9 * self.sim.x + (float(action) - 0.5) + noise
+        terminated = bool(np.abs(self.sim.x).max() > 3.0)
+        return (
+            self.sim.x.astype(np.float32),
+            float(-np.abs(self.sim.x).sum()),
+            terminated,
+            False,
+            {},
+        )
+
+
+class HookEnv(OpaqueEnv):
+    """The same task, made capturable through state_dict / load_state_dict."""
+
+    def state_dict(self) -> dict:
+        return {"x": self.sim.x.copy(), "rng": self.np_random.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sim.x = np.array(state["x"], copy=True)
+        self.np_random.bit_generator.state = state["rng"]
+
+
+for _name, _cls in (("Opaque", OpaqueEnv), ("Hook", HookEnv)):
+    if f"EmbodiedPPOTest{_name}-v0" not in gym.registry:
+        gym.register(f"EmbodiedPPOTest{_name}-v0", entry_point=_cls, max_episode_steps=25)
+
+
+def _params(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+
+
+def _assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def _metrics(run_dir) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k not in TIMING} for x in lines]
+
+
+def _straight_then_resumed(tmp_path, cfg, half: int):
+    """Train `cfg` straight through; then resume its checkpoint at `half` iterations elsewhere."""
+    straight = Trainer(cfg, tmp_path / "straight", progress_stream=io.StringIO())
+    straight.train()
+    step = half * cfg.batch_size
+    state = load_checkpoint(tmp_path / "straight" / "checkpoints" / f"ckpt_{step}.pt")
+    resumed = Trainer(cfg, tmp_path / "resumed", resume=state, progress_stream=io.StringIO())
+    return straight, resumed
+
+
+@pytest.mark.parametrize(
+    "env_id, env",
+    [
+        ("CartPole-v1", {}),
+        # Short episodes, so that the envs reset (drawing from their own RNGs) on both sides of
+        # the checkpoint; observation and reward normalization are on.
+        ("Hopper-v5", {"max_episode_steps": 20}),
+        # The same with the envs stepped by two threads (the straight run too).
+        ("Hopper-v5", {"max_episode_steps": 20, "threads": 2}),
+        # The project's own arm task: a target drawn at every reset, success at episode ends.
+        ("EmbodiedPPO/Reach-v0", {"max_episode_steps": 24}),
+    ],
+)
+def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, env_id, env):
+    cfg = tiny_config(env_id, env=env, trainer={"total_steps": 128, "checkpoint_interval": 1})
+    straight, resumed = _straight_then_resumed(tmp_path, cfg, half=2)
+    assert resumed.resume_note is None  # the envs were captured, mid-episode
+    assert resumed.global_step == 64 and resumed.iteration == 2
+    resumed.train()
+    assert resumed.global_step == straight.global_step == 128
+    _assert_same_params(_params(straight), _params(resumed))
+    for a, b in zip(
+        straight.optimizer.state_dict()["state"].values(),
+        resumed.optimizer.state_dict()["state"].values(),
+    ):
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+    assert torch.equal(straight.reward_scaler.returns, resumed.reward_scaler.returns)
+    assert torch.equal(straight.reward_scaler.stats.var, resumed.reward_scaler.stats.var)
+    assert np.array_equal(straight.collector.obs, resumed.collector.obs)
+    assert np.array_equal(straight.envs._ep_return, resumed.envs._ep_return)
+    assert straight.envs.steps == resumed.envs.steps == 64
+    # Every logged number after the resume is the number the straight run logged.
+    assert _metrics(tmp_path / "resumed") == _metrics(tmp_path / "straight")[2:]
+
+
+def test_async_envs_are_captured_through_their_workers(tmp_path):
+    cfg = tiny_config(
+        "CartPole-v1",
+        env={"backend": "async"},
+        trainer={"total_steps": 96, "checkpoint_interval": 1},
+    )
+    straight, resumed = _straight_then_resumed(tmp_path, cfg, half=1)
+    assert resumed.resume_note is None
+    resumed.train()
+    _assert_same_params(_params(straight), _params(resumed))
+
+
+def test_envs_split_over_processes_are_captured_through_their_workers(tmp_path):
+    cfg = tiny_config(
+        "Hopper-v5",
+        env={"num_envs": 3, "processes": 2},
+        trainer={"total_steps": 192, "checkpoint_interval": 1},
+    )
+    straight, resumed = _straight_then_resumed(tmp_path, cfg, half=2)
+    assert resumed.resume_note is None  # every member, in both processes, mid-episode
+    resumed.train()
+    _assert_same_params(_params(straight), _params(resumed))
+    assert np.array_equal(straight.collector.obs, resumed.collector.obs)
+    # The split changes where the envs are stepped, not what they do: one process, same run.
+    single = Trainer(
+        tiny_config("Hopper-v5", env={"num_envs": 3}, trainer={"total_steps": 192}),
+        tmp_path / "single",
+        progress_stream=io.StringIO(),
+    )
+    single.train()
+    _assert_same_params(_params(straight), _params(single))
+
+
+def test_env_with_state_dict_hook_resumes_exactly(tmp_path):
+    cfg = tiny_config(
+        "EmbodiedPPOTestHook-v0", trainer={"total_steps": 128, "checkpoint_interval": 1}
+    )
+    straight, resumed = _straight_then_resumed(tmp_path, cfg, half=2)
+    assert resumed.resume_note is None
+    resumed.train()
+    _assert_same_params(_params(straight), _params(resumed))
+
+
+def test_uncapturable_env_resumes_deterministically_and_says_so(tmp_path):
+    cfg = tiny_config(
+        "EmbodiedPPOTestOpaque-v0", trainer={"total_steps": 128, "checkpoint_interval": 1}
+    )
+    straight = Trainer(cfg, tmp_path / "straight", progress_stream=io.StringIO())
+    straight.train()
+    ckpt = tmp_path / "straight" / "checkpoints" / "ckpt_64.pt"
+    assert load_checkpoint(ckpt)["envs"]["members"] is None
+    finals = []
+    for name in ("r1", "r2"):
+        resumed = Trainer(
+            cfg, tmp_path / name, resume=load_checkpoint(ckpt), progress_stream=io.StringIO()
+        )
+        assert "fresh episodes" in resumed.resume_note and "OpaqueEnv.sim" in resumed.resume_note
+        assert resumed.envs.steps == 32  # error messages still count steps from the run's start
+        resumed.train()
+        finals.append(_params(resumed))
+    _assert_same_params(finals[0], finals[1])  # two resumes from one checkpoint agree
+    assert _metrics(tmp_path / "r1") == _metrics(tmp_path / "r2")
+
+
+def test_resume_drops_metrics_logged_after_the_checkpoint(tmp_path):
+    cfg = tiny_config(trainer={"total_steps": 128, "checkpoint_interval": 2})
+    Trainer(cfg, tmp_path, progress_stream=io.StringIO()).train()
+    # As if killed after logging step 96 but before its checkpoint, mid-way through a line.
+    state = load_checkpoint(tmp_path / "checkpoints" / "ckpt_64.pt")
+    path = tmp_path / "metrics.jsonl"
+    lines = path.read_text().splitlines()[:3]
+    path.write_text("\n".join(lines) + '\n{"global_step": 12')
+    Trainer(cfg, tmp_path, resume=state, progress_stream=io.StringIO()).train()
+    steps = [json.loads(x)["global_step"] for x in path.read_text().splitlines()]
+    assert steps == [32, 64, 96, 128]
+
+
+@pytest.mark.parametrize(
+    "env_id", ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0", "Ant-v5"]
+)
+def test_env_state_round_trip_through_a_checkpoint(env_id):
+    """A captured env, restored into one seeded differently, then behaves identically."""
+    a = gym.make(env_id, max_episode_steps=15)
+    b = gym.make(env_id, max_episode_steps=15)
+    a.reset(seed=1)
+    b.reset(seed=2)
+    a.action_space.seed(0)
+    actions = [a.action_space.sample() for _ in range(60)]
+
+    def run(env, acts):
+        out = []
+        for act in acts:
+            obs, reward, term, trunc, _ = env.step(act)
+            out.append((obs.copy(), reward, term, trunc))
+            if term or trunc:
+                out.append((env.reset()[0].copy(),))  # draws from the env's own RNG
+        return out
+
+    run(a, actions[:20])
+    buf = io.BytesIO()
+    torch.save(to_checkpoint(capture_env(a)), buf)
+    buf.seek(0)
+    restore_env(b, from_checkpoint(torch.load(buf, weights_only=True)))
+    ra, rb = run(a, actions[20:]), run(b, actions[20:])
+    assert len(ra) == len(rb)
+    for x, y in zip(ra, rb):
+        assert all(np.array_equal(p, q) for p, q in zip(x, y))
+
+
+def test_env_state_refuses_what_it_cannot_see():
+    env = gym.make("EmbodiedPPOTestOpaque-v0")
+    env.reset(seed=0)
+    with pytest.raises(NotCapturable, match="OpaqueEnv.sim is a _Sim"):
+        capture_env(env)
+    state = capture_env(gym.make("CartPole-v1"))
+    with pytest.raises(NotCapturable, match="wrapper stack"):
+        restore_env(gym.make("CartPole-v1", disable_env_checker=True), state)

@@ -1,0 +1,384 @@
+"""scripts/benchmark_mujoco.py: seeds, evaluation, continuing across invocations, the report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from support import ROOT
+
+import embodied_ppo
+
+SCRIPT = ROOT / "scripts" / "benchmark_mujoco.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("benchmark_mujoco", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_config(path: Path) -> Path:
+    path.write_text(
+        "# Tiny Pendulum: what was tuned\n# and what mattered.\n"
+        + yaml.safe_dump(
+            {
+                "env": {"id": "Pendulum-v1", "num_envs": 2, "max_episode_steps": 50},
+                "model": {"hidden_sizes": [16, 16]},
+                "algorithm": {"rollout_steps": 32, "update_epochs": 1, "minibatch_size": 32},
+                "trainer": {"total_steps": 1000, "compile": False, "device": "cpu"},
+            }
+        )
+    )
+    return path
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
+    config = write_config(tmp_path / "tiny.yaml")
+    root, out = tmp_path / "bench", tmp_path / "docs" / "benchmarks.md"
+    # Seed 2 was interrupted halfway by an earlier invocation: it must resume, not restart.
+    stopped = embodied_ppo.train(
+        config,
+        ["trainer.seed=2", "trainer.total_steps=256"],
+        run_dir=root / "tiny_256" / "seed2",
+        callbacks=[lambda run, metrics: run.global_step >= 128],
+        progress=io.StringIO(),
+    )
+    assert stopped.stopped and stopped.global_step == 128
+    args = ["--configs", str(config), "--seeds", "1", "2", "--sb3-seeds", "--steps", "256"]
+    args += ["--root", str(root), "--out", str(out)]
+    proc = run_script(*args)
+    assert proc.returncode == 0, proc.stderr
+    # A budget other than the default 1M steps is recorded under the config's name and budget.
+    results = json.loads((root / "results.json").read_text())["tiny_256"]
+    assert results["env_id"] == "Pendulum-v1" and results["steps"] == 256
+    assert sorted(results["ours"]) == ["1", "2"]
+    for seed in ("1", "2"):
+        run = root / "tiny_256" / f"seed{seed}"
+        steps = [
+            json.loads(x)["global_step"] for x in (run / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert steps == list(range(64, 257, 64))  # seed 2: its first half kept, then resumed
+        assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["seed"] == int(seed)
+        ev = json.loads((run / "benchmark_eval.json").read_text())
+        assert len(ev["returns"]) == 10
+        assert results["ours"][seed]["eval"]["mean"] == pytest.approx(ev["mean_return"])
+    report = out.read_text()
+    assert "| `tiny_256` | 256 |" in report and "(2)" in report
+    # The config's header comment is the report's account of what was tuned.
+    assert "Tiny Pendulum: what was tuned and what mattered." in report
+    # A second invocation trains nothing again.
+    wall = {s: r["wall_s"] for s, r in results["ours"].items()}
+    assert run_script(*args).returncode == 0
+    again = json.loads((root / "results.json").read_text())["tiny_256"]["ours"]
+    assert {s: r["wall_s"] for s, r in again.items()} == wall
+
+
+def test_time_to_reach_adds_up_the_clocks_of_resumed_processes(tmp_path):
+    module = load_script()
+    rows = [(100, 10.0, 5.0), (200, 20.0, 50.0), (300, 4.0, 150.0), (400, 8.0, 400.0)]
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(
+            json.dumps({"global_step": s, "time": t, "charts/episodic_return": r})
+            for s, t, r in rows
+        )
+    )
+    # The third row comes from a resumed process: its clock restarted at 0.
+    reached = module.first_reached(tmp_path, (40, 100, 300, 1000))
+    assert reached == {"40": [200, 20.0], "100": [300, 24.0], "300": [400, 28.0], "1000": None}
+
+
+def test_the_target_column_says_met_or_missed_with_the_mean():
+    module = load_script()
+    assert module.target_status("Walker2d", 1_000_000, [4600.0, 4500.0]) == ">= 4500: met"
+    assert module.target_status("Walker2d", 1_000_000, [4600.0, 4000.0]) == (
+        ">= 4500: **missed** (4300)"
+    )
+    assert module.target_status("Walker2d", 500_000, [5000.0]) == "-"  # no target for 500k
+    assert module.target_status("Pendulum", 1_000_000, [0.0]) == "-"
+    # Humanoid has a target at each budget; the timed returns include both.
+    assert module.target_status("Humanoid", 10_000_000, [5600.0]) == ">= 5500: met"
+    assert module.target_status("Humanoid", 1_000_000, [1200.0]) == (">= 1300: **missed** (1200)")
+    assert module.thresholds("Humanoid") == (700, 1300, 5500)
+    assert module.thresholds("Hopper") == (1000, 2000, 3300)
+
+
+def test_a_budget_other_than_1m_gets_its_own_name():
+    module = load_script()
+    config = Path("configs/humanoid.yaml")
+    assert module.record_name(config, 1_000_000) == "humanoid"
+    assert module.record_name(config, 10_000_000) == "humanoid_10M"
+    assert module.record_name(config, 500_000) == "humanoid_500k"
+    assert module.record_name(config, 2_500_000) == "humanoid_2500k"
+    assert module.record_name(config, 256) == "humanoid_256"
+
+
+def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch):
+    module = load_script()
+    plots = []
+
+    def plot(args):  # the curves' `plot` commands
+        plots.append(args)
+        Path(args[args.index("--out") + 1]).write_bytes(b"png")
+
+    monkeypatch.setattr(module, "cli", plot)
+    done = {"wall_s": 60.0, "eval": {"mean": 100.0, "std": 1.0}, "reached": {}}
+    results = {
+        name: {"env_id": env_id, "steps": 1000, "ours": {"1": done}, "sb3": {"1": done}}
+        for name, env_id in (("a", "Hopper-v5"), ("b", "Walker2d-v5"))
+    }
+    for name in ("a", "b"):
+        (tmp_path / name / "seed1").mkdir(parents=True)
+        (tmp_path / name / "seed1" / "metrics.jsonl").write_text("")
+    (tmp_path / "images").mkdir()
+    out = tmp_path / "benchmarks.md"
+    module.report(results, out, tmp_path)
+    assert len(plots) == 2 and "![a](images/benchmark_a.png)" in out.read_text()
+    lines = out.read_text().splitlines()
+    rows = [
+        i for i, line in enumerate(lines) if line.startswith(("| `a` | 1,000", "| `b` | 1,000"))
+    ]
+    assert len(rows) == 2 and rows[1] == rows[0] + 1  # no line between them breaks the table
+    assert "| 100 +- 0 (1) |" in lines[rows[0]]
+
+
+def test_the_report_is_rewritten_from_the_results_file_when_the_runs_are_gone(
+    tmp_path, monkeypatch
+):
+    module = load_script()
+    plots = []
+    monkeypatch.setattr(module, "cli", plots.append)
+    done = {"wall_s": 60.0, "eval": {"mean": 100.0}, "reached": {"1000": None}}
+    results = {"a": {"env_id": "Hopper-v5", "steps": 1000, "ours": {"1": done}, "sb3": {}}}
+    out = tmp_path / "docs" / "benchmarks.md"
+    (out.parent / "images").mkdir(parents=True)
+    module.report(results, out, tmp_path / "no_runs")
+    # No run folder: nothing to plot, and no curve that does not exist is linked.
+    assert plots == [] and "benchmark_a.png" not in out.read_text()
+    (out.parent / "images" / "benchmark_a.png").write_bytes(b"png")  # drawn by an earlier run
+    module.report(results, out, tmp_path / "no_runs")
+    assert plots == [] and "![a](images/benchmark_a.png)" in out.read_text()
+    assert "| `a` | 1,000 | 100 +- 0 (1) |" in out.read_text()
+
+
+def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
+    config = write_config(tmp_path / "tiny.yaml")
+    results_file, root = tmp_path / "kept.json", tmp_path / "bench"
+    done = {"wall_s": 60.0, "eval": {"mean": 100.0}, "reached": {}}
+    results_file.write_text(json.dumps({"tiny_256": {
+        "env_id": "Pendulum-v1", "steps": 256, "ours": {"1": done}, "sb3": {}}}))  # fmt: skip
+    out = tmp_path / "report.md"
+    proc = run_script("--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
+                      "--root", str(root), "--results", str(results_file), "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not (root / "tiny_256" / "seed1").exists()  # its run folder is gone; it is not redone
+    assert json.loads(results_file.read_text())["tiny_256"]["ours"]["1"] == done
+    assert "| `tiny_256` | 256 | 100 +- 0 (1) |" in out.read_text()
+
+
+def test_a_config_changed_since_its_recorded_runs_is_refused(tmp_path):
+    config = write_config(tmp_path / "tiny.yaml")
+    results_file = tmp_path / "kept.json"
+    module = load_script()
+    done = {"wall_s": 60.0, "eval": {"mean": 100.0}, "reached": {}}
+    record = {"env_id": "Pendulum-v1", "steps": 256, "ours": {"1": done}, "sb3": {},
+              "config_digest": module.config_digest(config)}  # fmt: skip
+    results_file.write_text(json.dumps({"tiny_256": record}))
+    args = ["--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
+            "--root", str(tmp_path / "bench"), "--results", str(results_file),
+            "--out", str(tmp_path / "report.md")]  # fmt: skip
+    # A comment is not a setting: the recorded runs still stand.
+    config.write_text("# edited\n" + config.read_text())
+    assert run_script(*args).returncode == 0
+    # Nor are the keys that change how it runs but not what it learns.
+    data = yaml.safe_load(config.read_text())
+    data["env"]["processes"] = 2
+    data.setdefault("trainer", {})["torch_threads"] = 1
+    config.write_text(yaml.safe_dump(data))
+    assert module.config_digest(config) == record["config_digest"]
+    assert run_script(*args).returncode == 0
+    config.write_text(config.read_text().replace("hidden_sizes:\n  - 16", "hidden_sizes:\n  - 32"))
+    before = results_file.read_text(), sorted((tmp_path / "bench").rglob("*"))
+    proc = run_script(*args)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "changed since the runs recorded as 'tiny_256'" in proc.stderr
+    assert (results_file.read_text(), sorted((tmp_path / "bench").rglob("*"))) == before
+
+
+def test_a_record_is_saved_without_dropping_another_invocations(tmp_path):
+    module = load_script()
+    results_file = tmp_path / "results.json"
+    module.save_record(results_file, "a", {"steps": 1})
+    # Another invocation, started before "a" was written, saves its own config.
+    module.save_record(results_file, "b", {"steps": 2})
+    module.save_record(results_file, "a", {"steps": 3})
+    assert json.loads(results_file.read_text()) == {"a": {"steps": 3}, "b": {"steps": 2}}
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    proc = run_script("--configs", str(tmp_path / "missing.yaml"), "--root", str(tmp_path / "b"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such config" in proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def load_bench_settings(tmp_path, schedule: str = "constant"):
+    """bench_throughput.py and its settings for a config with early_stop_kl 0.06."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_throughput", ROOT / "scripts" / "bench_throughput.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    config = write_config(tmp_path / "tiny.yaml")
+    data = yaml.safe_load(config.read_text().split("\n", 2)[2])
+    data["algorithm"]["early_stop_kl"] = 0.06
+    data.setdefault("optim", {})["schedule"] = schedule
+    config.write_text(yaml.safe_dump(data))
+    return bench, bench.settings_from_args(argparse.Namespace(config=str(config)))
+
+
+def test_bench_throughput_gives_ours_the_configs_early_stop(tmp_path):
+    # early_stop_kl changes how many gradient steps an update takes: a side-by-side timing
+    # that dropped it would compare different amounts of work.
+    bench, s = load_bench_settings(tmp_path)
+    assert s["early_stop_kl"] == 0.06
+    assert bench.ours_config(s, 2, str(tmp_path / "run"), 1).algorithm.early_stop_kl == 0.06
+
+
+def test_bench_throughput_gives_stable_baselines3_the_configs_early_stop(tmp_path):
+    pytest.importorskip("stable_baselines3")  # the .[bench] extra
+    bench, s = load_bench_settings(tmp_path)
+    model, _ = bench.sb3_model(s, 1, 10_000)
+    assert model.target_kl == pytest.approx(0.06 / 1.5)  # its rule: stop past 1.5 x target_kl
+
+
+def test_bench_throughput_gives_stable_baselines3_the_configs_learning_rate_schedule(tmp_path):
+    # Under early stopping the rate decides how many gradient steps an update takes: both
+    # contenders must take iteration k's update at the same rate.
+    from embodied_ppo.algo.schedules import learning_rate
+    from embodied_ppo.config.schema import OptimConfig
+
+    bench, s = load_bench_settings(tmp_path, "linear")
+    assert s["schedule"] == "linear"
+    assert bench.ours_config(s, 4, str(tmp_path / "run"), 1).optim.schedule == "linear"
+    batch = s["rollout_steps"] * s["num_envs"]
+    total = 4 * batch
+    schedule = bench.sb3_learning_rate(s, total)
+    optim = OptimConfig(lr=s["lr"], schedule="linear")
+    for k in range(4):
+        # Stable-Baselines3 asks its schedule after rollout k, ours sets the rate before it.
+        theirs = schedule(1.0 - (k + 1) * batch / total)
+        assert theirs == pytest.approx(learning_rate(optim, k * batch / total))
+    assert theirs > 0.0
+    _, s = load_bench_settings(tmp_path)
+    assert bench.sb3_learning_rate(s, total) == s["lr"]
+
+
+def test_bench_throughput_counts_our_gradient_steps_from_the_metrics(tmp_path):
+    bench, _ = load_bench_settings(tmp_path)
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"iteration": 1, "losses/num_gradient_steps": 4.0}, {"iteration": 2}]
+    rows.append({"iteration": 3, "losses/num_gradient_steps": 3.0})
+    metrics.write_text("\n".join(json.dumps(r) for r in rows))
+    assert bench.logged_gradient_steps(metrics) == 7
+    metrics.write_text("\n".join(json.dumps(r) for r in rows[1:]))  # iteration 1 not logged
+    assert bench.logged_gradient_steps(metrics) is None
+
+
+def test_bench_throughput_counts_stable_baselines3s_gradient_steps(tmp_path):
+    pytest.importorskip("stable_baselines3")  # the .[bench] extra
+    bench, s = load_bench_settings(tmp_path)
+    s["early_stop_kl"] = None
+    # 2 envs x 32 steps a rollout, one epoch of minibatches of 32: 2 steps per iteration.
+    assert bench.worker("sb3_whole", s, 128, 1) == {"steps": 128, "gradient_steps": 4}
+
+
+def test_bench_throughput_refuses_a_schedule_stable_baselines3_lacks(tmp_path):
+    _, s = load_bench_settings(tmp_path, "adaptive")
+    config = tmp_path / "tiny.yaml"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "optim.schedule: adaptive has no Stable-Baselines3 counterpart" in proc.stderr
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("hidden", [[64, 64], [32], [256, 128, 64]])
+def test_bench_update_counts_the_products_flops_as_torch_does(hidden):
+    """The GFLOP/s that `--profile` reports rest on this count: torch's own FLOP counter of a
+    forward and backward pass of the same MLPs (no input gradient) must agree."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    obs_dim, act_dim, rows = 17, 6, 64
+    nets = [
+        torch.nn.Sequential(
+            *[torch.nn.Linear(i, o) for i, o in zip([obs_dim, *hidden], [*hidden, out])]
+        )
+        for out in (act_dim, 1)
+    ]
+    x = torch.randn(rows, obs_dim)
+    with FlopCounterMode(display=False) as counter:
+        sum(net(x).sum() for net in nets).backward()
+    expected = load("bench_update").matmul_flops(obs_dim, act_dim, hidden, rows)
+    assert expected == counter.get_total_flops()
+
+
+def test_profile_collection_splits_a_vector_step_of_env_processes():
+    config = ROOT / "configs" / "cartpole.yaml"
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "profile_collection.py"),
+            str(config),
+            "env.processes=2",
+            "algorithm.rollout_steps=64",
+            "--rollouts",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    ms = {}
+    for line in out.stdout.splitlines()[1:]:
+        name, value = line.rsplit(None, 2)[0].strip(), float(line.split()[-2])
+        ms.setdefault(name, value)  # the first "(the rest)" is the vector env's
+    assert "2 processes" in out.stdout.splitlines()[0]
+    assert 0 < ms["local group"] < ms["vector env"] < ms["envs.step"]
+    assert ms["waiting"] > 0 and ms["sending"] > 0 and ms["inference"] > 0
+
+
+def test_profile_collection_refuses_bad_input_in_one_line():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "profile_collection.py"), "missing.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert out.stderr.strip().count("\n") == 0 and "missing.yaml" in out.stderr
