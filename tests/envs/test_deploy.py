@@ -13,7 +13,6 @@ import pytest
 from embodied_ppo_envs.quadruped import ACTOR_KEYS
 
 import embodied_ppo
-from embodied_ppo.export import export_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
@@ -52,7 +51,7 @@ def test_the_policy_takes_the_six_sensor_keys_only(tiny_run):
 
 
 def test_the_deploy_script_acts_as_the_trained_policy(tiny_run, tmp_path):
-    onnx, meta_path, meta = export_policy(tiny_run, "onnx", tmp_path / "policy.onnx")
+    onnx, meta_path, _ = embodied_ppo.export(tiny_run, "onnx", tmp_path / "policy.onnx")
     assert set(json.loads(meta_path.read_text())["input_names"]) == set(ACTOR_KEYS)
     record = tmp_path / "run.npz"
     script = ROOT / "scripts" / "deploy_quadruped.py"
