@@ -14,6 +14,7 @@ from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
 from embodied_ppo.core.types import ConfigDict, ConfigValue, JSONDict, JSONValue
 from embodied_ppo.core.version import __version__
+from embodied_ppo.env.preflight import check_env
 from embodied_ppo.io.checkpoint import read_checkpoint
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.io.render import configure_headless_gl
@@ -110,6 +111,11 @@ def evaluate_command(
         if overrides or sweeps:
             raise
         raise CheckpointError(f"{ckpt}: its config cannot be read ({exc})") from None
+    if overrides or sweeps:
+        # Every condition is checked as a run's config is, before any episode runs: an argument
+        # the task refuses is one line naming env.kwargs.<key>, and nothing is written.
+        for condition in (cfg, *(c for _, _, c in swept)):
+            check_env(condition)
     policy = build_actor_critic(state, str(ckpt)).to(dev)
     net = inference_net(policy).to(dev)
     seed = cfg.trainer.seed if seed is None else seed
