@@ -6,6 +6,7 @@ steps, its learning curve (training and periodic-evaluation metrics) and its eva
         --eval seed0:main=/work/legged_runs/flat_s0/eval.json --note "..."
 
 Curves keep every `--every`-th iteration (and every iteration with a periodic evaluation).
+Time is the run's training time, resumes stitched as scripts/quadruped_curve.py does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from quadruped_curve import read_run
 
 KEYS = (
     "charts/episodic_return",
@@ -42,19 +44,19 @@ def _clean(value: Any) -> Any:
 
 
 def curve(run: Path, every: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows, wall = read_run(run)
     points = []
     for i, row in enumerate(rows):
         if i % every and "eval/metrics/tracking_error_lin" not in row and i != len(rows) - 1:
             continue
-        point = {"step": row["global_step"], "time_s": round(row["time"], 1)}
+        point = {"step": row["global_step"], "time_s": round(row["wall"], 1)}
         point.update({k: _clean(row[k]) for k in KEYS if k in row})
         points.append(point)
     last = rows[-1]
     summary = {
         "steps": last["global_step"],
         "iterations": last["iteration"],
-        "wall_s": last["time"],
+        "wall_s": round(wall, 1),
     }
     return points, summary
 
