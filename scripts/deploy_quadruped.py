@@ -267,10 +267,11 @@ def main() -> None:
         f"p99 {np.percentile(latency, 99):.3f} ms, max {latency.max():.3f} ms"
     )
     # Tracking per command of the schedule, over the second half of its span (after the gait
-    # has settled).
+    # has settled); commands the run ended before are left out.
     dt = PHYSICS_DT * DECIMATION
     times = [row[0] for row in commander.schedule] + [steps * dt]
     for (start, *command), end in zip(commander.schedule, times[1:]):
+        end = min(end, steps * dt)
         lo, hi = round((start + end) / 2 / dt), round(end / dt)
         if hi > lo:
             mean = np.mean(measured[lo:hi], axis=0)

@@ -57,12 +57,15 @@ def test_the_deploy_script_acts_as_the_trained_policy(tiny_run, tmp_path):
     script = ROOT / "scripts" / "deploy_quadruped.py"
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, str(script), str(onnx), "--seconds", "2",
-         "--schedule", "0,0.8,0,0", "1,0,0,0.5", "--noise", "joint_vel=1.5",
+         "--schedule", "0,0.8,0,0", "1,0,0,0.5", "5,0,0,0", "--noise", "joint_vel=1.5",
          "--delay", "1", "--record", str(record)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "inference latency: p50" in done.stdout and "p99" in done.stdout
+    # The measured velocity per command of the schedule; the run ends before the third.
+    assert "from 0 s: measured" in done.stdout and "from 1 s: measured" in done.stdout
+    assert "from 5 s" not in done.stdout
     data = np.load(record)
     assert data["action"].shape == (100, 12)  # 2 s at 50 Hz
     # The schedule reached the policy: 0.8 m/s forward, then a turn from 1 s.
