@@ -13,11 +13,22 @@ And partially observed classic-control tasks, for recurrent policies:
 
     EmbodiedPPO/CartPoleNoVel-v1  CartPole-v1 observing the cart position and pole angle only
     EmbodiedPPO/PendulumNoVel-v1  Pendulum-v1 observing cos and sin of the angle only
+
+And a Go1-class quadruped that follows velocity commands (docs/legged.md), with the
+sim-to-real toolkit of `embodied_ppo_envs.sim2real`:
+
+    EmbodiedPPO/QuadrupedFlat-v0   flat ground, 20 s episodes
+    EmbodiedPPO/QuadrupedRough-v0  slopes, stairs and obstacles with a terrain curriculum
+
+Bad task arguments raise `TaskConfigError` (a ValueError) whose `key` names the argument.
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
+from embodied_ppo_envs.taskconfig import TaskConfigError
+
+__all__ = ["ARM_TASKS", "LEGGED_TASKS", "MEMORY_TASKS", "TASKS", "TaskConfigError"]
 
 # id: (entry point, time limit in steps)
 ARM_TASKS = {
@@ -30,7 +41,20 @@ MEMORY_TASKS = {
     "EmbodiedPPO/PendulumNoVel-v1": ("embodied_ppo_envs.pomdp:pendulum_no_velocity", 200),
 }
 TASKS = {**ARM_TASKS, **MEMORY_TASKS}
+# id: (terrain, time limit in steps: 20 s at 50 Hz)
+LEGGED_TASKS = {
+    "EmbodiedPPO/QuadrupedFlat-v0": ("flat", 1000),
+    "EmbodiedPPO/QuadrupedRough-v0": ("rough", 1000),
+}
 
 for _id, (_entry_point, _limit) in TASKS.items():
     if _id not in gym.registry:
         gym.register(_id, entry_point=_entry_point, max_episode_steps=_limit)
+for _id, (_terrain, _limit) in LEGGED_TASKS.items():
+    if _id not in gym.registry:
+        gym.register(
+            _id,
+            entry_point="embodied_ppo_envs.quadruped:QuadrupedEnv",
+            max_episode_steps=_limit,
+            kwargs={"terrain": _terrain},
+        )

@@ -1,11 +1,15 @@
 """Render a frame of each of the project's tasks (for the README): after `--steps` steps of a
 trained policy when a run directory is given, else of the reset state. `--env` renders other
-tasks instead; `--strip K` puts K frames side by side, `--gap` steps apart (a gait, not a pose).
+tasks instead; `--strip K` puts K frames side by side, `--gap` steps apart (a gait, not a pose);
+`--set KEY=YAML` passes a task argument (the quadruped's command schedule, say).
 
     python scripts/task_frames.py --out docs/images
     python scripts/task_frames.py --run EmbodiedPPO/Reach-v0=runs/reach --out docs/images
     python scripts/task_frames.py --env Humanoid-v5 --run Humanoid-v5=runs/humanoid \\
         --steps 300 --strip 4 --gap 8 --camera track --out docs/images
+    python scripts/task_frames.py --env EmbodiedPPO/QuadrupedFlat-v0 \\
+        --run EmbodiedPPO/QuadrupedFlat-v0=runs/quadruped_flat --steps 100 --strip 5 --gap 3 \\
+        --set "command_schedule=[[0, 1.0, 0, 0]]" --out docs/images
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ def main() -> None:
     import gymnasium as gym
     import imageio.v3 as iio
     import numpy as np
+    import yaml
 
     import embodied_ppo
 
@@ -39,13 +44,15 @@ def main() -> None:
         help="a named camera of the model (Humanoid's 'track' follows the body; the default "
         "camera stays where the episode began)",
     )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=YAML", help="task argument")
     args = p.parse_args()
+    kwargs = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
     runs = dict(item.split("=", 1) for item in args.run)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for env_id in args.env or embodied_ppo_envs.ARM_TASKS:
         camera = {"camera_name": args.camera} if args.camera else {}
-        env = gym.make(env_id, render_mode="rgb_array", width=320, height=240, **camera)
+        env = gym.make(env_id, render_mode="rgb_array", width=320, height=240, **camera, **kwargs)
         obs, _ = env.reset(seed=args.seed)
         policy = embodied_ppo.load_policy(runs[env_id]) if env_id in runs else None
         first = args.steps if policy is not None else 0  # untrained: the reset state

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
+
+import torch
 
 from embodied_ppo.app.deploy import build_actor_critic
 from embodied_ppo.config.building import from_dict, upgrade
@@ -14,6 +18,7 @@ from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
 from embodied_ppo.core.types import ConfigDict, ConfigValue, JSONDict, JSONValue
 from embodied_ppo.core.version import __version__
+from embodied_ppo.env.preflight import check_env
 from embodied_ppo.io.checkpoint import read_checkpoint
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.io.render import configure_headless_gl
@@ -35,6 +40,20 @@ def run_dir_of(checkpoint: Path) -> Path | None:
     """The run directory holding `checkpoint` (…/<run>/checkpoints/x.pt), if it is in one."""
     checkpoint = Path(checkpoint)
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+@contextmanager
+def one_thread_on_cpu(device: torch.device) -> Iterator[None]:
+    """Torch runs one thread while episodes run on the CPU, as training's collection does: the
+    policy sees one observation at a time, and a second thread only waits on the first (on a
+    busy machine, 3x slower per step)."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # Keys `eval` may change: the conditions the policy is evaluated under, never the policy.
@@ -110,6 +129,11 @@ def evaluate_command(
         if overrides or sweeps:
             raise
         raise CheckpointError(f"{ckpt}: its config cannot be read ({exc})") from None
+    if overrides or sweeps:
+        # Every condition is checked as a run's config is, before any episode runs: an argument
+        # the task refuses is one line naming env.kwargs.<key>, and nothing is written.
+        for condition in (cfg, *(c for _, _, c in swept)):
+            check_env(condition)
     policy = build_actor_critic(state, str(ckpt)).to(dev)
     net = inference_net(policy).to(dev)
     seed = cfg.trainer.seed if seed is None else seed
@@ -137,53 +161,54 @@ def evaluate_command(
         """A fresh actor of the policy: deterministic, or sampling with its own generator."""
         return deterministic_action(net) if deterministic else stochastic_action(policy, seed)
 
-    runner = EpisodeRunner(cfg.env, render=video_path is not None)
-    writer: VideoWriter | None = None
-    try:
-        if video_path is not None:
-            runner.check_render()  # fail now, before episodes run or files are written
-            writer = VideoWriter(video_path, runner.fps)
-        kind = "deterministic" if deterministic else "stochastic"
-        at = f", step {step:,}" if isinstance(step, int) else ""
-        changed = f" with {' '.join(overrides)}" if overrides else ""
-        print(
-            f"evaluating {ckpt} ({cfg.env.id}{at}) for {episodes} {kind} episode(s), "
-            f"seed {seed}{changed}",
-            file=out,
-            flush=True,
-        )
-
-        def report(i: int, ret: float, length: int, success: float | None) -> None:
-            """Print episode i's return and length (and success, where reported)."""
-            line = f"episode {i + 1:>3}: return {ret:10.2f}  length {length:>6}"
-            if success is not None:
-                line += f"  success {'yes' if success else 'no'}"
-            print(line, file=out, flush=True)
-
-        on_frame = (lambda _ep, frame: writer.append(frame)) if writer is not None else None
-        seeds = eval_seeds(seed, episodes)
-        result = runner.run(actor(), seeds, on_frame=on_frame, on_episode=report)
-        frames, size = (writer.frames, writer.size) if writer is not None else (0, None)
-        if writer is not None:
-            writer.close()
-            writer = None
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    finally:
-        runner.close()
-    print(_summary_line(result, episodes), file=out, flush=True)
-
-    sweep: list[JSONValue] = []
-    for key, value, swept_cfg in swept:
-        runner = EpisodeRunner(swept_cfg.env)
+    with one_thread_on_cpu(dev):
+        runner = EpisodeRunner(cfg.env, render=video_path is not None)
+        writer: VideoWriter | None = None
         try:
-            swept_result = runner.run(actor(), seeds)
+            if video_path is not None:
+                runner.check_render()  # fail now, before episodes run or files are written
+                writer = VideoWriter(video_path, runner.fps)
+            kind = "deterministic" if deterministic else "stochastic"
+            at = f", step {step:,}" if isinstance(step, int) else ""
+            changed = f" with {' '.join(overrides)}" if overrides else ""
+            print(
+                f"evaluating {ckpt} ({cfg.env.id}{at}) for {episodes} {kind} episode(s), "
+                f"seed {seed}{changed}",
+                file=out,
+                flush=True,
+            )
+
+            def report(i: int, ret: float, length: int, success: float | None) -> None:
+                """Print episode i's return and length (and success, where reported)."""
+                line = f"episode {i + 1:>3}: return {ret:10.2f}  length {length:>6}"
+                if success is not None:
+                    line += f"  success {'yes' if success else 'no'}"
+                print(line, file=out, flush=True)
+
+            on_frame = (lambda _ep, frame: writer.append(frame)) if writer is not None else None
+            seeds = eval_seeds(seed, episodes)
+            result = runner.run(actor(), seeds, on_frame=on_frame, on_episode=report)
+            frames, size = (writer.frames, writer.size) if writer is not None else (0, None)
+            if writer is not None:
+                writer.close()
+                writer = None
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
         finally:
             runner.close()
-        sweep.append({"key": key, "value": value, **swept_result.summary()})
-        print(f"{key}={value!r}: {_summary_line(swept_result, episodes)}", file=out, flush=True)
+        print(_summary_line(result, episodes), file=out, flush=True)
+
+        sweep: list[JSONValue] = []
+        for key, value, swept_cfg in swept:
+            runner = EpisodeRunner(swept_cfg.env)
+            try:
+                swept_result = runner.run(actor(), seeds)
+            finally:
+                runner.close()
+            sweep.append({"key": key, "value": value, **swept_result.summary()})
+            print(f"{key}={value!r}: {_summary_line(swept_result, episodes)}", file=out, flush=True)
 
     summary: JSONDict = {
         "checkpoint": str(ckpt),

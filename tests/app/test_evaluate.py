@@ -465,6 +465,29 @@ def test_eval_under_other_env_kwargs_and_a_sweep(log_run, tmp_path):
     assert json.loads((tmp_path / "e.json").read_text())["sweep"] == summary["sweep"]
 
 
+def test_eval_runs_episodes_on_one_torch_thread_and_restores_the_count(log_run, monkeypatch):
+    from embodied_ppo.runner.episodes import EpisodeRunner
+
+    seen = []
+    run = EpisodeRunner.run
+
+    def recording_run(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(EpisodeRunner, "run", recording_run)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        evaluate_command(
+            str(log_run), episodes=1, out=io.StringIO(), sweeps=["env.kwargs.fall_at=[4]"]
+        )
+        assert seen == [1, 1]  # the main episodes and the swept ones
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

@@ -281,3 +281,7 @@ def test_task_frames_films_a_trained_policy_as_a_strip(tmp_path):
     tracked = strip("--run", f"Hopper-v5={run}", "--steps", "4", "--strip", "3", "--gap", "2",
                     "--camera", "track", "c")  # fmt: skip
     assert tracked.shape == policy.shape and not np.array_equal(tracked, policy)
+    # --set passes a task argument: with more reset noise Hopper starts in another pose.
+    noisy = strip("--steps", "4", "--strip", "3", "--gap", "2",
+                  "--set", "reset_noise_scale=0.05", "d")  # fmt: skip
+    assert noisy.shape == reset.shape and not np.array_equal(noisy, reset)
