@@ -152,3 +152,30 @@ def test_against_rliable():
     runs = np.array([1.0, 2.0, 4.0, 8.0, 100.0])
     assert metrics.aggregate_iqm(runs[:, None]) == pytest.approx((2 + 4 + 8) / 3)
     assert benchstats.iqm(runs) == pytest.approx(4.6)
+
+
+def test_bench_recurrent_reports_each_set_of_seeds_with_its_statistics():
+    import bench_recurrent
+
+    def run(value: float) -> dict:
+        return {"mean": value, "wall_s": 50.0, "returns": [value]}
+
+    record = {
+        "task": "cartpole",
+        "steps": 100_000,
+        "episodes": 20,
+        "results": {
+            "ours": {
+                "0": run(500.0),
+                "100": run(296.0),
+                "101": run(498.0),
+                "102": run(500.0),
+                "103": run(317.0),
+            }
+        },
+    }
+    lines = bench_recurrent.summary_lines(record)
+    evaluation = next(x for x in lines if "evaluation 100-103" in x)
+    # Sorted 296 317 498 500: the IQM is the mean of 317 and 498; target 475.
+    assert "| 407.5 [" in evaluation and "| 296.0 (seed 100) | 2 of 4 (101, 102) |" in evaluation
+    assert any("tuning 0 | 500.0 [500.0, 500.0]" in x for x in lines)
