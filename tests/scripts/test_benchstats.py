@@ -179,3 +179,22 @@ def test_bench_recurrent_reports_each_set_of_seeds_with_its_statistics():
     # Sorted 296 317 498 500: the IQM is the mean of 317 and 498; target 475.
     assert "| 407.5 [" in evaluation and "| 296.0 (seed 100) | 2 of 4 (101, 102) |" in evaluation
     assert any("tuning 0 | 500.0 [500.0, 500.0]" in x for x in lines)
+
+
+def test_bench_arm_reports_success_rates_per_set_of_seeds(tmp_path):
+    import bench_arm
+
+    def run(rate: float) -> dict:
+        return {"success_rate": rate, "wall_s": 60.0, "curve": [[0, 0.0], [100, rate * 100]]}
+
+    rates = (0.99, 0.6, 0.8, 0.75, 0.72)
+    results = {"push": {str(s): run(r) for s, r in zip(range(100, 105), rates)}}
+    results["push"]["3"] = run(0.55)
+    lines = bench_arm.summary_lines(results)
+    evaluation = next(x for x in lines if "evaluation 100-104" in x)
+    # Sorted 0.6 0.72 0.75 0.8 0.99: (0.75 * 0.72 + 0.75 + 0.75 * 0.8) / 2.5; target 0.7.
+    assert f"| {(0.75 * 0.72 + 0.75 + 0.75 * 0.8) / 2.5:.2f} [" in evaluation
+    assert "| 0.60 (seed 101) | 4 of 5 (100, 102, 103, 104) |" in evaluation
+    assert any("tuning 3 | 0.55 [0.55, 0.55]" in x and "0 of 1" in x for x in lines)
+    bench_arm.plot(results, tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["arm_push_evaluation_iqm.png"]  # one seed: none
