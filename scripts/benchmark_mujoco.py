@@ -367,6 +367,11 @@ def protocol_lines(results: dict) -> list[str]:
         "the IQM weighs the middle seed most: read them as such (`scripts/benchstats.py`).",
         "- Learning curves: every seed's training return, and the IQM over seeds with its 95% "
         "band where every seed's curve is kept.",
+        "- The memory tasks (`scripts/bench_recurrent.py`, docs/recurrent.md: ten evaluation "
+        "seeds by default) and the arm tasks (`scripts/bench_arm.py`, docs/tasks.md) report the "
+        "same statistics. Their numbers published so far are on tuning seeds (0-2; push.yaml "
+        "0-3) and are yet to be measured on evaluation seeds; `python scripts/bench_recurrent.py "
+        "--summarize docs/bench/recurrent_cartpole.json` gives those of the memory tasks.",
     ]
     if pending:
         lines.append(
