@@ -9,12 +9,18 @@ subprocess, one after the other:
     sb3         sb3_contrib.RecurrentPPO, RL Baselines3 Zoo's ppo_lstm settings for the task
 
 and each final policy is evaluated deterministically on the same episodes (those of
-`embodied-ppo eval --seed 10000`; the recurrent state reset at every episode start). The JSON holds every number; the table prints
-each contender's mean over seeds of the evaluation return and the wall time of its process.
+`embodied-ppo eval --seed 10000`; the recurrent state reset at every episode start). The JSON holds
+every number (and our runs' training curves); the table prints, per contender and set of seeds
+(evaluation seeds 100 and up, tuning seeds below; benchstats.py), the interquartile mean of the
+evaluation returns with its 95% bootstrap interval, the median, the worst seed, the seeds at
+the task's target, and the mean wall time of its process. With --out, every finished run is
+saved at once and a seed already in the file is not run again, so an interrupted invocation
+continues where it stopped; --summarize prints the table of a results file without running.
 
 Examples:
-    python scripts/bench_recurrent.py --task cartpole --seeds 0 1 2
-    python scripts/bench_recurrent.py --task pendulum --seeds 0 --contenders ours sb3
+    python scripts/bench_recurrent.py --task cartpole --out docs/bench/recurrent_cartpole.json
+    python scripts/bench_recurrent.py --task pendulum --seeds 100 --contenders ours sb3
+    python scripts/bench_recurrent.py --summarize docs/bench/recurrent_pendulum.json
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import benchstats
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TASKS = {
@@ -36,6 +44,7 @@ TASKS = {
         "config": "configs/cartpole_pomdp.yaml",
         "env_id": "EmbodiedPPO/CartPoleNoVel-v1",
         "steps": 100_000,
+        "target": 475.0,  # the deterministic return that counts a seed as solved
         # RL Baselines3 Zoo, hyperparams/ppo_lstm.yml, CartPoleNoVel-v1.
         "sb3": {
             "n_envs": 8,
@@ -57,6 +66,7 @@ TASKS = {
         "config": "configs/pendulum_pomdp.yaml",
         "env_id": "EmbodiedPPO/PendulumNoVel-v1",
         "steps": 100_000,
+        "target": -300.0,
         # RL Baselines3 Zoo, hyperparams/ppo_lstm.yml, PendulumNoVel-v1.
         "sb3": {
             "n_envs": 4,
@@ -113,7 +123,13 @@ def run_ours(task: dict, seed: int, steps: int, episodes: int, memory: bool, wor
         stdout=subprocess.DEVNULL,
     )
     summary = json.loads((run / "eval.json").read_text())
-    return {"wall_s": wall, "returns": summary["returns"], "mean": summary["mean_return"]}
+    curve = [
+        [row["global_step"], round(float(row["charts/episodic_return"]), 2)]
+        for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        if "charts/episodic_return" in row
+    ]
+    return {"wall_s": wall, "returns": summary["returns"], "mean": summary["mean_return"],
+            "curve": curve}  # fmt: skip
 
 
 SB3_CHILD = r"""
@@ -179,50 +195,83 @@ def run_sb3(task: dict, seed: int, steps: int, episodes: int) -> dict:
 # ----------------------------------------------------------------------------------- main
 
 
+def summary_lines(record: dict) -> list[str]:
+    """The table of a results file: per contender and set of seeds, the statistics of the
+    evaluation returns (benchstats.py) and the mean wall time."""
+    target = TASKS[record["task"]]["target"]
+    lines = [
+        f"{record['task']}: {record['steps']:,} steps, {record['episodes']} deterministic "
+        f"episodes per seed, target {target:g}; IQM [95% bootstrap CI, "
+        f"{benchstats.RESAMPLES:,} resamples]",
+        f"{'contender':>26} | seeds | IQM [95% CI] | median | worst (seed) | at target | "
+        "mean wall time | steps/s",
+    ]
+    for name, per_seed in record["results"].items():
+        for group, runs in benchstats.by_group(per_seed).items():
+            cell = benchstats.cells(
+                benchstats.summarize({s: r["mean"] for s, r in runs.items()}, target), ".1f"
+            )
+            wall = statistics.mean(r["wall_s"] for r in runs.values())
+            lines.append(
+                f"{name:>26} | {group} {cell['seeds']} | {cell['iqm']} | {cell['median']} | "
+                f"{cell['worst']} | {cell['at_target']} | {wall:.0f} s | "
+                f"{record['steps'] / wall:,.0f}"
+            )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", choices=sorted(TASKS), required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--task", choices=sorted(TASKS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 110)))
     parser.add_argument("--steps", type=int, default=None, help="default: the task's 100k")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument(
         "--contenders", nargs="+", default=["ours", "memoryless", "sb3"],
         choices=["ours", "memoryless", "sb3"],
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the results JSON: written after every run, its runs kept")  # fmt: skip
+    parser.add_argument("--summarize", type=Path, default=None,
+                        help="print the table of this results JSON and exit")  # fmt: skip
     args = parser.parse_args()
+    if args.summarize:
+        print("\n".join(summary_lines(json.loads(args.summarize.read_text()))))
+        return
+    if args.task is None:
+        parser.error("--task is required (or --summarize)")
     task = TASKS[args.task]
     steps = args.steps or task["steps"]
-    results: dict[str, dict[int, dict]] = {c: {} for c in args.contenders}
+    record = {
+        "task": args.task,
+        "steps": steps,
+        "episodes": args.episodes,
+        "machine": {"python": platform.python_version(), "processor": platform.machine()},
+        "results": {},
+    }
+    if args.out and args.out.exists():
+        kept = json.loads(args.out.read_text())
+        if (kept["task"], kept["steps"], kept["episodes"]) != (args.task, steps, args.episodes):
+            parser.error(f"{args.out} holds another task, budget or episode count")
+        record = kept
+    results = record["results"]
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             for name in args.contenders:
+                if str(seed) in results.get(name, {}):
+                    continue  # finished by an earlier invocation
                 if name == "sb3":
                     r = run_sb3(task, seed, steps, args.episodes)
                 else:
                     r = run_ours(task, seed, steps, args.episodes, name == "ours", Path(tmp))
-                results[name][seed] = r
+                results.setdefault(name, {})[str(seed)] = r
                 print(f"{args.task} seed {seed} {name:>10}: return {r['mean']:8.1f} "
                       f"({r['wall_s']:.0f} s)", flush=True)  # fmt: skip
-    print(f"\n{args.task}: {steps:,} steps, {args.episodes} deterministic episodes per seed")
-    print(f"{'contender':>10} | mean return over seeds (each seed) | mean wall time | steps/s")
-    for name, per_seed in results.items():
-        means = [r["mean"] for r in per_seed.values()]
-        walls = [r["wall_s"] for r in per_seed.values()]
-        each = ", ".join(f"{m:.1f}" for m in means)
-        wall = statistics.mean(walls)
-        print(f"{name:>10} | {statistics.mean(means):8.1f} ({each}) | {wall:.0f} s | "
-              f"{steps / wall:,.0f}")  # fmt: skip
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        record = {
-            "task": args.task,
-            "steps": steps,
-            "episodes": args.episodes,
-            "machine": {"python": platform.python_version(), "processor": platform.machine()},
-            "results": results,
-        }
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
+                if args.out:
+                    args.out.parent.mkdir(parents=True, exist_ok=True)
+                    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print()
+    print("\n".join(summary_lines(record)))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,13 @@ RL Baselines3 Zoo's hyperparameters for the task trains the same number of steps
 machine (ROOT/<name>/sb3_seed<S>) and is evaluated on the same episodes. <name> is the
 config's name for the default budget of 1M steps, with the budget appended for any other
 (`humanoid_10M`), so one ROOT and one report hold several budgets. The report
-(docs/benchmarks.md by default) gives, per task: the mean +- std over seeds of the evaluation
-return, every seed's value, wall time and steps/s, the steps and training time at which the
-training return first reached each threshold, and the learning curves (`embodied-ppo plot`).
+(docs/benchmarks.md by default) opens with the seed protocol (benchstats.py: tuning seeds 0-9,
+evaluation seeds 100 and up; a config's seeds below 100 and from 100 are reported on separate
+rows) and gives, per config and set of seeds: the interquartile mean (IQM) of the evaluation
+returns with its 95% bootstrap confidence interval, the median, the worst seed, the seeds at
+the budget's target, every seed's value, wall time and steps/s, the steps and training time at
+which the training return first reached each threshold, and the learning curves: every seed's
+(`embodied-ppo plot`) and the IQM over seeds with its 95% band.
 
 Every invocation continues where the last one stopped: finished runs are kept, an
 interrupted run of ours resumes from its last checkpoint
@@ -26,8 +30,8 @@ Each record keeps a digest of its config's settings: a config changed since (com
 is refused, so runs of old settings are never mixed with new ones.
 
     python scripts/benchmark_mujoco.py --configs configs/hopper.yaml configs/walker2d.yaml \\
-        --seeds 1 2 3 --steps 1000000 --sb3-seeds 1
-    python scripts/benchmark_mujoco.py --configs configs/humanoid.yaml --seeds 1 \\
+        --seeds 100 101 102 103 104 --steps 1000000 --sb3-seeds 100 101 102
+    python scripts/benchmark_mujoco.py --configs configs/humanoid.yaml --seeds 100 \\
         --sb3-seeds --steps 10000000                    # recorded as humanoid_10M
     python scripts/benchmark_mujoco.py --report-only      # rewrite the report from ROOT
 """
@@ -43,6 +47,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import benchstats
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_SEED = 10000  # evaluation episodes: those of `embodied-ppo eval --seed 10000`
@@ -99,6 +105,8 @@ MILESTONES = {
     "Humanoid": (700,),
 }
 DEFAULT_STEPS = 1_000_000
+DEFAULT_SEEDS = [100, 101, 102, 103, 104]  # evaluation seeds (benchstats.py: the protocol)
+DEFAULT_SB3_SEEDS = [100, 101, 102]
 DEFAULT_ROOT = ROOT / "runs" / "benchmark"
 DEFAULT_RESULTS = ROOT / "docs" / "bench" / "mujoco.json"
 
@@ -185,6 +193,7 @@ def run_ours(config: Path, seed: int, steps: int, run: Path, episodes: int) -> d
     state["eval"] = {"mean": summary["mean_return"], "std": summary["std_return"]}
     state["steps"] = steps
     state["reached"] = first_reached(run, thresholds(family(env_id_of(config))))
+    state["curve"] = training_curve(run)
     state_file.write_text(json.dumps(state, indent=2) + "\n")
     return state
 
@@ -211,6 +220,20 @@ def first_reached(run: Path, thresholds: tuple[float, ...]) -> dict[str, list[fl
         hit = next(((s, t) for s, t, r in points if r >= threshold), None)
         out[str(threshold)] = None if hit is None else [hit[0], hit[1]]
     return out
+
+
+def training_curve(run: Path, points: int = 200) -> list[list[float]]:
+    """The logged training return against steps, thinned to at most `points` rows
+    ([step, return]): kept in the results file, so the IQM band is redrawn without the runs."""
+    rows = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "charts/episodic_return" in row:
+            rows.append([row["global_step"], round(float(row["charts/episodic_return"]), 2)])
+    if len(rows) > points:
+        keep = sorted({round(i * (len(rows) - 1) / (points - 1)) for i in range(points)})
+        rows = [rows[i] for i in keep]
+    return rows
 
 
 # ------------------------------------------------------------------------ Stable-Baselines3
@@ -282,20 +305,28 @@ def run_sb3(env_id: str, seed: int, steps: int, run: Path, save_every: int, epis
 
 
 # ---------------------------------------------------------------------------------- report
-def mean_std(values: list[float]) -> str:
-    if not values:
-        return "-"
-    std = statistics.pstdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.0f} +- {std:.0f}"
+def target_of(fam: str, steps: int) -> float | None:
+    return TARGETS.get(steps, {}).get(fam)
 
 
 def target_status(fam: str, steps: int, means: list[float]) -> str:
-    """'met' or 'missed (mean)' against the target for this budget, '-' where none applies."""
-    target = TARGETS.get(steps, {}).get(fam)
+    """'met' or 'missed (IQM)' for the IQM over seeds against the target for this budget, '-'
+    where none applies."""
+    target = target_of(fam, steps)
     if target is None or not means:
         return "-"
-    mean = statistics.mean(means)
-    return f">= {target}: met" if mean >= target else f">= {target}: **missed** ({mean:.0f})"
+    center = benchstats.iqm(means)
+    return f">= {target}: met" if center >= target else f">= {target}: **missed** ({center:.0f})"
+
+
+def peer_status(fam: str, steps: int, summary: benchstats.Summary) -> str:
+    """Against the best published PPO mean at 1M steps (PEERS): the IQM above it and the worst
+    seed at least 0.8 of it; '-' for other budgets and tasks without published results."""
+    best = max((p for p in PEERS.get(fam, ()) if p is not None), default=None)
+    if steps != 1_000_000 or best is None:
+        return "-"
+    held = summary.iqm > best and summary.worst >= 0.8 * best
+    return f"> {best}, worst >= {0.8 * best:.0f}: {'met' if held else '**missed**'}"
 
 
 def header_comment(config: Path) -> str:
@@ -310,68 +341,137 @@ def header_comment(config: Path) -> str:
     return " ".join(lines).strip()
 
 
+def protocol_lines(results: dict) -> list[str]:
+    """The seed protocol, and which configs still lack numbers on evaluation seeds."""
+    pending = [
+        f"`{name}`"
+        for name, rec in results.items()
+        if not any(benchstats.seed_group(s) == "evaluation" and "eval" in r
+                   for s, r in rec["ours"].items())
+    ]  # fmt: skip
+    tuning = benchstats.TUNING_SEEDS
+    lines = [
+        "## Protocol: tuning seeds and evaluation seeds",
+        "",
+        f"- Configs are tuned on seeds {tuning.start}-{tuning.stop - 1} (tuning seeds) and "
+        f"reported on seeds {benchstats.EVALUATION_FROM} and up (evaluation seeds), which no "
+        f"tuning has seen. A seed below {benchstats.EVALUATION_FROM} counts as a tuning seed.",
+        "- Every number says which seeds it used: each row of the tables below is one set of "
+        "seeds, evaluation or tuning, never both mixed.",
+        "- Per config and set of seeds: the interquartile mean (IQM, the mean of the middle 50% "
+        "of the seeds' evaluation returns, a seed straddling a quartile weighted by its share "
+        "inside) with its 95% percentile bootstrap confidence interval "
+        f"({benchstats.RESAMPLES:,} resamples of the seeds, generator seed "
+        f"{benchstats.BOOTSTRAP_SEED}), the median, the worst seed, and the seeds whose return "
+        "reached the budget's target (k of n, and which). With 3 seeds the interval is wide and "
+        "the IQM weighs the middle seed most: read them as such (`scripts/benchstats.py`).",
+        "- Learning curves: every seed's training return, and the IQM over seeds with its 95% "
+        "band where every seed's curve is kept.",
+        "- The memory tasks (`scripts/bench_recurrent.py`, docs/recurrent.md: ten evaluation "
+        "seeds by default) and the arm tasks (`scripts/bench_arm.py`, docs/tasks.md) report the "
+        "same statistics. Their numbers published so far are on tuning seeds (0-2; push.yaml "
+        "0-3) and are yet to be measured on evaluation seeds; `python scripts/bench_recurrent.py "
+        "--summarize docs/bench/recurrent_cartpole.json` gives those of the memory tasks.",
+    ]
+    if pending:
+        lines.append(
+            "- Not yet measured on evaluation seeds: "
+            + ", ".join(pending)
+            + ". Their rows below are on tuning seeds; evaluation seeds "
+            f"{benchstats.seeds_text([str(x) for x in DEFAULT_SEEDS])} (Stable-Baselines3 on "
+            f"{benchstats.seeds_text([str(x) for x in DEFAULT_SB3_SEEDS])}) are yet to be run."
+        )
+    return [*lines, ""]
+
+
+def seed_curves(rec: dict, seeds: dict, run_of) -> dict[str, tuple[list, list]] | None:
+    """Every seed's training curve, from the results file or the run folder; None if one lacks
+    both."""
+    curves = {}
+    for seed, r in seeds.items():
+        rows = r.get("curve")
+        if rows is None and (run_of(seed) / "metrics.jsonl").is_file():
+            rows = training_curve(run_of(seed))
+        if not rows:
+            return None
+        curves[seed] = ([row[0] for row in rows], [row[1] for row in rows])
+    return curves
+
+
 def report(results: dict, out: Path, root: Path) -> None:
     import torch
 
     lines = [
         "# MuJoCo benchmark",
         "",
-        "Written by `scripts/benchmark_mujoco.py` from its runs under "
+        "Written by `scripts/benchmark_mujoco.py` from its results "
+        "(`docs/bench/mujoco.json`) and runs under "
         f"`{root.relative_to(ROOT) if root.is_relative_to(ROOT) else root}`. Each final policy: "
         f"deterministic evaluation of 10 episodes (`embodied-ppo eval --seed {EVAL_SEED}`); "
-        "mean +- std over seeds of those means. Stable-Baselines3: PPO with RL Baselines3 Zoo's "
-        "hyperparameters for the task (its -v3 entries; Ant: PPO's defaults), same budget, same "
-        "machine, same evaluation episodes.",
+        "the statistics below are over seeds of those means. Stable-Baselines3: PPO with RL "
+        "Baselines3 Zoo's hyperparameters for the task (its -v3 entries; Ant: PPO's defaults), "
+        "same budget, same machine, same evaluation episodes.",
         "",
+        *protocol_lines(results),
         f"Machine: {platform.machine()}, Python {platform.python_version()}, torch "
         f"{torch.__version__}; wall times are whole processes (compilation included). Ours "
         "ran alone on the machine; Stable-Baselines3 uses one core (one env and one torch "
         "thread, its faster setting here), so two of its runs may share the machine, one per core.",
         "",
-        "| config | steps | ours (seeds) | each seed | SB3 + zoo (seeds) | wall time, ours | "
+        "| config | steps | seeds | ours: IQM [95% CI] | median | worst (seed) | "
+        "at the target (seeds) | each seed | SB3 + zoo: IQM (seeds) | wall time, ours | "
         "steps/s, ours | wall time, SB3 | Tianshou / RL Zoo / CleanRL, 1M (published) | "
-        "target for the budget |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "best published: IQM above, worst seed >= 0.8 of it | target for the budget: IQM |",
+        "| --- | ---: | --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: "
+        "| --- | --- |",
     ]
     reach_lines, config_notes, curves = [], [], []
+    noted = set()
     for name, rec in results.items():
-        ours = [r for r in rec["ours"].values() if "eval" in r]
-        sb3 = [r for r in rec["sb3"].values() if "eval" in r]
         fam = family(rec["env_id"])
         peers = " / ".join("-" if p is None else str(p) for p in PEERS.get(fam, ()))
-        means = [r["eval"]["mean"] for r in ours]
-        walls = [r["wall_s"] for r in ours]
-        wall = statistics.mean(walls) if walls else 0.0
-        each = ", ".join(f"{m:.0f}" for m in means)
-        sb3_wall = statistics.mean([r["wall_s"] for r in sb3]) if sb3 else None
-        sb3_means = [r["eval"]["mean"] for r in sb3]
-        sb3_cell = f"{mean_std(sb3_means)} ({len(sb3)})" if sb3 else "none finished"
-        lines.append(
-            f"| `{name}` | {rec['steps']:,} | {mean_std(means)} "
-            f"({len(ours)}) | {each} | {sb3_cell} | "
-            f"{wall / 60:.1f} min | {rec['steps'] / wall if wall else 0:,.0f} | "
-            f"{'-' if sb3_wall is None else f'{sb3_wall / 60:.1f} min'} | {peers or '-'} | "
-            f"{target_status(fam, rec['steps'], means)} |"
-        )
+        target = target_of(fam, rec["steps"])
+        sb3_groups = benchstats.by_group({s: r for s, r in rec["sb3"].items() if "eval" in r})
+        ours_groups = benchstats.by_group({s: r for s, r in rec["ours"].items() if "eval" in r})
+        for group, ours in ours_groups.items():
+            means = {s: r["eval"]["mean"] for s, r in ours.items()}
+            summary = benchstats.summarize(means, target)
+            cell = benchstats.cells(summary)
+            walls = [r["wall_s"] for r in ours.values()]
+            wall = statistics.mean(walls)
+            each = ", ".join(f"{m:.0f}" for m in means.values())
+            sb3 = sb3_groups.get(group, {})
+            sb3_walls = [r["wall_s"] for r in sb3.values()]
+            sb3_cell = "none finished"
+            if sb3:
+                sb3_iqm = benchstats.iqm([r["eval"]["mean"] for r in sb3.values()])
+                sb3_cell = f"{sb3_iqm:.0f} ({benchstats.seeds_text(list(sb3))})"
+            lines.append(
+                f"| `{name}` | {rec['steps']:,} | {group} {cell['seeds']} | {cell['iqm']} | "
+                f"{cell['median']} | {cell['worst']} | {cell['at_target']} | {each} | "
+                f"{sb3_cell} | {wall / 60:.1f} min | {rec['steps'] / wall if wall else 0:,.0f} | "
+                f"{f'{statistics.mean(sb3_walls) / 60:.1f} min' if sb3_walls else '-'} | "
+                f"{peers or '-'} | {peer_status(fam, rec['steps'], summary)} | "
+                f"{target_status(fam, rec['steps'], list(means.values()))} |"
+            )
+            for threshold in thresholds(fam):
+                hits = [r["reached"].get(str(threshold)) for r in ours.values()]
+                done = [h for h in hits if h]
+                text = "not reached" if not done else (
+                    f"{statistics.mean(h[0] for h in done):,.0f} steps, "
+                    f"{statistics.mean(h[1] for h in done) / 60:.1f} min"
+                )  # fmt: skip
+                reach_lines.append(
+                    f"| `{name}` | {group} {cell['seeds']} | {threshold} | {text} | "
+                    f"{len(done)} of {len(hits)} |"
+                )
+            curves += group_curves(name, group, rec, ours, out, root)
         notes = header_comment(ROOT / rec["config"]) if "config" in rec else ""
-        if notes:
+        if notes and rec["config"] not in noted:
+            noted.add(rec["config"])
             config_notes += [f"### `{rec['config']}`", "", notes, ""]
-        for threshold in thresholds(fam):
-            hits = [r["reached"].get(str(threshold)) for r in ours]
-            done = [h for h in hits if h]
-            text = "not reached" if not done else (
-                f"{statistics.mean(h[0] for h in done):,.0f} steps, "
-                f"{statistics.mean(h[1] for h in done) / 60:.1f} min"
-            )  # fmt: skip
-            reach_lines.append(f"| `{name}` | {threshold} | {text} | {len(done)} of {len(hits)} |")
-        image = out.parent / "images" / f"benchmark_{name}.png"
-        runs = [root / name / f"seed{s}" for s in rec["ours"]]
-        if ours and all((run / "metrics.jsonl").is_file() for run in runs):
-            cli(["plot", *map(str, runs), "--out", str(image), "--smooth", "5", "--title", name])
-        if ours and image.is_file():  # drawn now, or kept from the runs that are gone
-            curves += [f"![{name}](images/{image.name})", ""]
     if curves:
-        lines += ["", "## Learning curves (training return, ours, every seed)", "", *curves]
+        lines += ["", "## Learning curves (training return, ours)", "", *curves]
     lines += [
         "",
         "## Time to reach a return (training episodes, ours)",
@@ -379,8 +479,8 @@ def report(results: dict, out: Path, root: Path) -> None:
         "The first iteration whose mean return over the training episodes it finished reached the "
         "value (a single noisy iteration counts; the curves above show how steady it was).",
         "",
-        "| config | return | mean over the seeds that reached it | seeds |",
-        "| --- | ---: | ---: | ---: |",
+        "| config | seeds | return | mean over the seeds that reached it | seeds that did |",
+        "| --- | --- | ---: | ---: | ---: |",
         *reach_lines,
         "",
     ]
@@ -393,6 +493,28 @@ def report(results: dict, out: Path, root: Path) -> None:
             *config_notes,
         ]
     out.write_text("\n".join(lines) + "\n")
+
+
+def group_curves(name: str, group: str, rec: dict, ours: dict, out: Path, root: Path) -> list:
+    """One set of seeds' curves for the report: every seed's (`embodied-ppo plot`, drawn where
+    every run folder is present, kept as it is otherwise) and the IQM band (drawn where every
+    seed's curve is kept, in the results file or its run folder)."""
+    lines = []
+    label = f"{name}, {group} seeds {benchstats.seeds_text(list(ours))}"
+    images = out.parent / "images"
+    each = images / f"benchmark_{name}_{group}.png"
+    runs = [root / name / f"seed{s}" for s in ours]
+    if all((run / "metrics.jsonl").is_file() for run in runs):
+        cli(["plot", *map(str, runs), "--out", str(each), "--smooth", "5", "--title", label])
+    if each.is_file():  # drawn now, or kept from the runs that are gone
+        lines += [f"![{label}](images/{each.name})", ""]
+    band = images / f"benchmark_{name}_{group}_iqm.png"
+    kept = seed_curves(rec, ours, lambda s: root / name / f"seed{s}")
+    if kept and len(kept) > 1:
+        benchstats.plot_bands({group: benchstats.curve_band(kept)}, band, label)
+    if band.is_file():
+        lines += [f"![{label}: IQM and 95% band](images/{band.name})", ""]
+    return lines
 
 
 def save_record(results_file: Path, name: str, rec: dict) -> None:
@@ -412,8 +534,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--configs", nargs="+", type=Path, default=[])
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    p.add_argument("--sb3-seeds", nargs="*", type=int, default=[1])
+    p.add_argument("--seeds", nargs="+", type=int, default=DEFAULT_SEEDS)
+    p.add_argument("--sb3-seeds", nargs="*", type=int, default=DEFAULT_SB3_SEEDS)
     p.add_argument("--steps", type=int, default=1_000_000)
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT)

@@ -77,8 +77,17 @@ def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
         ev = json.loads((run / "benchmark_eval.json").read_text())
         assert len(ev["returns"]) == 10
         assert results["ours"][seed]["eval"]["mean"] == pytest.approx(ev["mean_return"])
+        # The training curve is kept with the results: the IQM band outlives the runs.
+        logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        returns = [
+            [r["global_step"], pytest.approx(r["charts/episodic_return"], abs=0.01)]
+            for r in logged
+            if "charts/episodic_return" in r
+        ]
+        assert returns and results["ours"][seed]["curve"] == returns
     report = out.read_text()
-    assert "| `tiny_256` | 256 |" in report and "(2)" in report
+    assert "| `tiny_256` | 256 | tuning 1, 2 |" in report
+    assert "images/benchmark_tiny_256_tuning_iqm.png" in report
     # The config's header comment is the report's account of what was tuned.
     assert "Tiny Pendulum: what was tuned and what mattered." in report
     # A second invocation trains nothing again.
@@ -108,6 +117,8 @@ def test_the_target_column_says_met_or_missed_with_the_mean():
     assert module.target_status("Walker2d", 1_000_000, [4600.0, 4000.0]) == (
         ">= 4500: **missed** (4300)"
     )
+    # The IQM decides, not the mean: one failed seed of five does not sink it.
+    assert module.target_status("Walker2d", 1_000_000, [0.0] + [4600.0] * 4) == ">= 4500: met"
     assert module.target_status("Walker2d", 500_000, [5000.0]) == "-"  # no target for 500k
     assert module.target_status("Pendulum", 1_000_000, [0.0]) == "-"
     # Humanoid has a target at each budget; the timed returns include both.
@@ -147,13 +158,16 @@ def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch)
     (tmp_path / "images").mkdir()
     out = tmp_path / "benchmarks.md"
     module.report(results, out, tmp_path)
-    assert len(plots) == 2 and "![a](images/benchmark_a.png)" in out.read_text()
+    assert len(plots) == 2
+    assert "![a, tuning seeds 1](images/benchmark_a_tuning.png)" in out.read_text()
     lines = out.read_text().splitlines()
     rows = [
         i for i, line in enumerate(lines) if line.startswith(("| `a` | 1,000", "| `b` | 1,000"))
     ]
     assert len(rows) == 2 and rows[1] == rows[0] + 1  # no line between them breaks the table
-    assert "| 100 +- 0 (1) |" in lines[rows[0]]
+    assert (
+        "| tuning 1 | 100 [100, 100] | 100 | 100 (seed 1) | - | 100 | 100 (1) |" in lines[rows[0]]
+    )
 
 
 def test_the_report_is_rewritten_from_the_results_file_when_the_runs_are_gone(
@@ -168,11 +182,42 @@ def test_the_report_is_rewritten_from_the_results_file_when_the_runs_are_gone(
     (out.parent / "images").mkdir(parents=True)
     module.report(results, out, tmp_path / "no_runs")
     # No run folder: nothing to plot, and no curve that does not exist is linked.
-    assert plots == [] and "benchmark_a.png" not in out.read_text()
-    (out.parent / "images" / "benchmark_a.png").write_bytes(b"png")  # drawn by an earlier run
+    assert plots == [] and "benchmark_a_tuning.png" not in out.read_text()
+    image = out.parent / "images" / "benchmark_a_tuning.png"
+    image.write_bytes(b"png")  # drawn by an earlier run
     module.report(results, out, tmp_path / "no_runs")
-    assert plots == [] and "![a](images/benchmark_a.png)" in out.read_text()
-    assert "| `a` | 1,000 | 100 +- 0 (1) |" in out.read_text()
+    assert plots == [] and "(images/benchmark_a_tuning.png)" in out.read_text()
+    assert "| `a` | 1,000 | tuning 1 | 100 [100, 100] |" in out.read_text()
+
+
+def test_evaluation_and_tuning_seeds_are_reported_apart(tmp_path, monkeypatch):
+    module = load_script()
+    monkeypatch.setattr(module, "cli", lambda args: None)
+
+    def done(value: float) -> dict:
+        curve = [[s, value * s / 3000] for s in (1000, 2000, 3000)]
+        return {"wall_s": 60.0, "eval": {"mean": value}, "reached": {}, "curve": curve}
+
+    evaluation = {str(s): done(v) for s, v in zip(range(100, 105), (900, 3700, 3650, 3500, 3800))}
+    results = {
+        "hopper": {"env_id": "Hopper-v5", "steps": 1_000_000, "sb3": {"100": done(1000.0)},
+                   "ours": {"1": done(3600.0), "2": done(3640.0), **evaluation}},
+        "ant": {"env_id": "Ant-v5", "steps": 1_000_000, "ours": {"1": done(3000.0)}, "sb3": {}},
+    }  # fmt: skip
+    out = tmp_path / "docs" / "benchmarks.md"
+    module.report(results, out, tmp_path / "no_runs")
+    text = out.read_text()
+    # The IQM of 900, 3500, 3650, 3700, 3800 weighs 3500 and 3700 by 3/4; Hopper's target 3300.
+    iqm = (0.75 * 3500 + 3650 + 0.75 * 3700) / 2.5
+    row = next(x for x in text.splitlines() if x.startswith("| `hopper` | 1,000,000 | evaluation"))
+    assert row.startswith(f"| `hopper` | 1,000,000 | evaluation 100-104 | {iqm:.0f} [")
+    assert "| 3650 | 900 (seed 100) | 4 of 5 (101-104) |" in row and "| 1000 (100) |" in row
+    assert "> 2609, worst >= 2087: **missed** |" in row  # the worst seed sinks this one
+    assert "| `hopper` | 1,000,000 | tuning 1, 2 | 3620 [" in text
+    assert "Not yet measured on evaluation seeds: `ant`." in text
+    band = out.parent / "images" / "benchmark_hopper_evaluation_iqm.png"
+    assert band.read_bytes()[:4] == b"\x89PNG" and f"(images/{band.name})" in text
+    assert not (out.parent / "images" / "benchmark_ant_tuning_iqm.png").exists()  # one seed
 
 
 def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
@@ -187,7 +232,7 @@ def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert not (root / "tiny_256" / "seed1").exists()  # its run folder is gone; it is not redone
     assert json.loads(results_file.read_text())["tiny_256"]["ours"]["1"] == done
-    assert "| `tiny_256` | 256 | 100 +- 0 (1) |" in out.read_text()
+    assert "| `tiny_256` | 256 | tuning 1 | 100 [100, 100] |" in out.read_text()
 
 
 def test_a_config_changed_since_its_recorded_runs_is_refused(tmp_path):

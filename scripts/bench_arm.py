@@ -1,0 +1,125 @@
+"""The arm tasks over seeds: configs/reach.yaml, push.yaml and reach_pixels.yaml, each seed
+trained to its config's budget and its final policy's success rate measured.
+
+For each task and seed, `embodied-ppo train CONFIG trainer.seed=S` trains in its own process
+under ROOT/<task>/seed<S> (an interrupted run resumes from its last checkpoint, exact); the final
+policy is evaluated deterministically on 100 episodes (`embodied-ppo eval --episodes 100
+--seed 10000`). Every finished seed is saved at once in the results file (docs/bench/arm.json by
+default) with its success rate, return, wall time and training curve, and is not run again. The
+table gives, per task and set of seeds (evaluation seeds 100 and up, tuning seeds below;
+benchstats.py): the interquartile mean of the success rates with its 95% bootstrap interval, the
+median, the worst seed and the seeds at the task's target; --plot draws the IQM band of the
+training return (docs/images/arm_<task>_<set>_iqm.png).
+
+    python scripts/bench_arm.py --tasks reach push --seeds 100 101 102 103 104
+    python scripts/bench_arm.py --tasks reach_pixels --seeds 100 101 102
+    python scripts/bench_arm.py --summarize --plot      # the table (and curves) of the results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import benchstats
+from benchmark_mujoco import cli, training_curve
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_SEED = 10000
+EPISODES = 100
+# The success rate at which a seed counts as having learned the task.
+TARGETS = {"reach": 0.95, "push": 0.70, "reach_pixels": 0.80}
+DEFAULT_RESULTS = ROOT / "docs" / "bench" / "arm.json"
+DEFAULT_ROOT = ROOT / "runs" / "bench_arm"
+
+
+def run_seed(task: str, seed: int, run: Path) -> dict:
+    """Train (or resume) one seed of a task and evaluate its final policy; its record."""
+    start = time.perf_counter()
+    if (run / "checkpoints" / "latest.pt").exists():
+        cli(["train", "--resume", str(run)])
+    else:
+        cli(["train", f"configs/{task}.yaml", f"trainer.seed={seed}", f"trainer.run_dir={run}"])
+    wall = time.perf_counter() - start
+    out = run / "bench_arm_eval.json"
+    cli(["eval", str(run), "--episodes", str(EPISODES), "--seed", str(EVAL_SEED),
+         "--json", str(out)])  # fmt: skip
+    summary = json.loads(out.read_text())
+    return {
+        "success_rate": summary["success_rate"],
+        "mean_return": summary["mean_return"],
+        "wall_s": wall,  # this invocation's (an earlier interrupted one's time is not counted)
+        "curve": training_curve(run),
+    }
+
+
+def summary_lines(results: dict) -> list[str]:
+    """Per task and set of seeds: the statistics of the final success rates (benchstats.py)."""
+    lines = [
+        f"Final success rate over {EPISODES} deterministic episodes (eval --seed {EVAL_SEED}); "
+        f"IQM [95% bootstrap CI, {benchstats.RESAMPLES:,} resamples]",
+        "task | seeds | IQM [95% CI] | median | worst (seed) | at target | mean wall time",
+    ]
+    for task, per_seed in results.items():
+        for group, runs in benchstats.by_group(per_seed).items():
+            rates = {s: r["success_rate"] for s, r in runs.items()}
+            cell = benchstats.cells(benchstats.summarize(rates, TARGETS.get(task)), ".2f")
+            wall = statistics.mean(r["wall_s"] for r in runs.values())
+            lines.append(
+                f"{task} (target {TARGETS.get(task, '-')}) | {group} {cell['seeds']} | "
+                f"{cell['iqm']} | {cell['median']} | {cell['worst']} | {cell['at_target']} | "
+                f"{wall / 60:.1f} min"
+            )
+    return lines
+
+
+def plot(results: dict, images: Path) -> None:
+    for task, per_seed in results.items():
+        for group, runs in benchstats.by_group(per_seed).items():
+            curves = {s: ([r[0] for r in x["curve"]], [r[1] for r in x["curve"]])
+                      for s, x in runs.items() if x.get("curve")}  # fmt: skip
+            if len(curves) > 1 and len(curves) == len(runs):
+                label = f"{task}, {group} seeds {benchstats.seeds_text(list(runs))}"
+                out = images / f"arm_{task}_{group}_iqm.png"
+                benchstats.plot_bands({group: benchstats.curve_band(curves)}, out, label)
+                print(f"wrote {out}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--tasks", nargs="+", choices=sorted(TARGETS), default=[])
+    p.add_argument("--seeds", nargs="+", type=int, default=[100, 101, 102, 103, 104])
+    p.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    p.add_argument("--summarize", action="store_true", help="the table of the results only")
+    p.add_argument("--plot", action="store_true", help="draw the IQM bands into docs/images")
+    args = p.parse_args()
+    results = json.loads(args.results.read_text()) if args.results.exists() else {}
+    if not args.summarize:
+        if not args.tasks:
+            p.error("--tasks is required (or --summarize)")
+        for task in args.tasks:
+            for seed in args.seeds:
+                if str(seed) in results.get(task, {}):
+                    continue  # finished by an earlier invocation
+                r = run_seed(task, seed, args.root.resolve() / task / f"seed{seed}")
+                results.setdefault(task, {})[str(seed)] = r
+                args.results.parent.mkdir(parents=True, exist_ok=True)
+                args.results.write_text(json.dumps(results, indent=2) + "\n")
+                print(f"{task} seed {seed}: success {r['success_rate']:.2f}", flush=True)
+    if not results:
+        print(f"bench_arm.py: error: no results in {args.results}", file=sys.stderr)
+        sys.exit(2)
+    print("\n".join(summary_lines(results)))
+    if args.plot:
+        plot(results, ROOT / "docs" / "images")
+
+
+if __name__ == "__main__":
+    main()
