@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
+from support import ROOT
 
 from embodied_ppo.config.building import from_dict
 from embodied_ppo.config.schema import Config
+
+# The scripts import each other by name (scripts/ is their folder on sys.path when run); their
+# tests (tests/scripts/) import them the same way. One conftest for the whole tree: a second one
+# would take the module name `conftest` from this one.
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))
 
 torch.set_num_threads(1)
 
