@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from embodied_ppo.core.errors import TrainingError, UserError
-from embodied_ppo.core.system import launched_world_size
+from embodied_ppo.core.system import elastic_restart, launched_world_size
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
 
@@ -81,12 +81,44 @@ def init(device_name: str, backend: str = "auto", timeout_s: float = 600.0) -> N
         backend = "nccl" if wants_cuda else "gloo"
     if wants_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+        store = _restart_store(timeout)
+        if store is None:
+            dist.init_process_group(backend=backend, timeout=timeout)
+        else:
+            dist.init_process_group(
+                backend=backend,
+                store=store,
+                rank=launch_rank(),
+                world_size=launch_world_size(),
+                timeout=timeout,
+            )
     except Exception as exc:  # rendezvous failures: say what and where, in one line
         raise UserError(
             f"could not join the torch.distributed group ({backend}): {first_line(exc)}"
         ) from None
+
+
+def _restart_store(timeout: datetime.timedelta) -> dist.Store | None:
+    """The store this start of the processes meets in, where torchrun's elastic agent lends
+    its own (TORCHELASTIC_USE_AGENT_STORE): keys under a prefix of this restart and world size.
+
+    The agent keeps one store for the whole job, and every start of the processes would write
+    and read the process group's keys under the same names: a restarted process could read the
+    address a dead process published and wait on it until the connect times out (it happened
+    in about half the restarts). None where torch's default rendezvous has no such store."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    client = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size=launch_world_size(),
+        is_master=False,
+        timeout=timeout,
+    )
+    prefix = f"embodied_ppo/restart{elastic_restart()}/world{launch_world_size()}"
+    return dist.PrefixStore(prefix, client)
 
 
 def shutdown() -> None:

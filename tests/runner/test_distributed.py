@@ -308,11 +308,6 @@ ELASTIC = [*BASE, "trainer.total_steps=640", "env.num_envs=2", "trainer.dist_tim
            "algorithm.minibatch_size=16", "optim.schedule=constant"]  # fmt: skip
 
 
-@pytest.mark.skip(
-    reason="known failure, not yet fixed: in about half the runs the restarted processes' gloo "
-    "connect is refused (they may read the previous attempt's addresses from torchrun's agent "
-    "store); when it connects, the run ends bit-identical to an uninterrupted one"
-)
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
 def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_it_had_not_been(tmp_path):
     """torchrun --max-restarts restarts the processes when one dies; they find the run their
@@ -348,6 +343,33 @@ def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_it_had_not_be
     assert a["global_step"] == b["global_step"] == 640
     for k, v in a["model"].items():
         assert torch.equal(v, b["model"][k]), (at, k)
+
+
+def test_each_restart_joins_under_its_own_keys_in_the_agents_store(monkeypatch):
+    """The elastic agent lends one store to every start of the processes: what a start before
+    the restart wrote there (a dead process's address) is not what the restarted ones read."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from embodied_ppo.runner import distributed
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    timeout = datetime.timedelta(seconds=5)
+    stores = {}
+    for restart in ("0", "1"):
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", restart)
+        stores[restart] = distributed._restart_store(timeout)
+    stores["0"].set("rank_1", "127.0.0.1:1111")
+    stores["1"].set("rank_1", "127.0.0.1:2222")
+    assert stores["0"].get("rank_1") == b"127.0.0.1:1111"
+    assert stores["1"].get("rank_1") == b"127.0.0.1:2222"
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")  # torch's own rendezvous
+    assert distributed._restart_store(timeout) is None
 
 
 def test_two_machines_update_like_one_process_with_all_envs(tmp_path):
