@@ -107,9 +107,6 @@ class Collector:
         )  # fmt: skip
         self.obs: Obs | None = None  # (N, ...): what the policy acts on next
         self.merged = False  # the last rollout's observations are in the normalizers
-        # The normalizers were primed with this rollout's first observations (leave them out
-        # when the rollout is merged).
-        self.primed = False
         # Recurrent policies: each env's state after its last step, and whether its next step
         # starts an episode (the state is zeroed before it).
         self.state_size = policy.state_size
@@ -193,7 +190,7 @@ class Collector:
         self.stage.clear()
         noise = rollout_noise(self.policy, T, N, noise_seed, s.env_offset, s.total_envs)
         if self.policy.needs_obs_statistics():
-            self._prime()
+            self._center()
         self.acting.begin()
         run = _Rollout(
             RolloutStats(), noise, self.acting.noise_terms(noise), episodic,
@@ -322,22 +319,16 @@ class Collector:
         if self.merged:
             return
         buf = self.buffer
-        keep = buf.mask.reshape(-1).bool()
-        if self.primed:  # its first observations are in already
-            keep = keep.clone()
-            keep[: buf.num_envs] = False
-            self.primed = False
-        self._merge(buf.flat("obs")["obs"], keep)
+        self._merge(buf.flat("obs")["obs"], buf.mask.reshape(-1).bool())
 
-    def _prime(self) -> None:
-        """Before a run's first rollout: the normalizers take the observations every env starts
-        from (of every process), so the very first actions are drawn by the normalized policy
-        and each stored log-probability is that of the policy that drew the action."""
+    def _center(self) -> None:
+        """Before a run's first rollout, its normalizers empty: they center on the mean of the
+        observations every env starts from (of every process) at unit scale, and the first
+        rollout is drawn under that; each stored log-probability is that of the policy that
+        drew the action, and its update trains under the same normalization. Its merge after
+        the update makes the statistics those of its rows."""
         assert self.obs is not None
-        obs = self.acting.tensors(self.obs)
-        first = next(iter(obs.values())) if isinstance(obs, dict) else obs
-        self._merge(obs, torch.ones(first.shape[0], dtype=torch.bool, device=first.device))
-        self.merged, self.primed = False, True
+        self.policy.center_obs_normalizers(self.acting.tensors(self.obs), self.settings.reduce)
 
     def _merge(self, obs: torch.Tensor | dict[str, torch.Tensor], keep: torch.Tensor) -> None:
         """Merge observations (B, ...) into the normalizers, the rows where `keep` (B,) holds

@@ -65,7 +65,6 @@ class DeviceCollector:
         self.micro_batch = settings.micro_batch or envs.num_envs
         self.obs: DeviceObs | None = None  # (N, ...): what the policy acts on next
         self.merged = False  # the last rollout's observations are in the normalizers
-        self.primed = False  # the normalizers took the first rollout's first observations
         T, N = buffer.num_steps, envs.num_envs
         # The raw return and length of the episode that ended at each step (where one did).
         self.episode_returns = torch.zeros(T, N, device=self.device)
@@ -120,9 +119,8 @@ class DeviceCollector:
         T, N = buf.num_steps, self.envs.num_envs
         seed = noise_seed if noise_seed is not None else int(torch.randint(2**62, ()).item())
         noise = device_noise(policy, T, N, seed, self.device, s.env_offset, s.total_envs)
-        if policy.needs_obs_statistics():
-            self._merge(self.obs)
-            self.primed = True
+        if policy.needs_obs_statistics():  # as the host collector: Collector._center
+            policy.center_obs_normalizers(self.obs, s.reduce)
         keep_finals = s.keep_bootstrap_obs
         finals: list[Final] = []
         logs: dict[str, list[tuple[torch.Tensor, int]]] = {}
@@ -208,15 +206,10 @@ class DeviceCollector:
 
     # ------------------------------------------------------------------ observation statistics
     def merge_obs_statistics(self) -> None:
-        """Merge the last rollout's observations into the normalizers (after the update), once;
-        the first rollout's first observations are in already (`collect` primed them)."""
+        """Merge the last rollout's observations into the normalizers (after the update), once."""
         if self.merged:
             return
-        obs = self.buffer.flat("obs")["obs"]
-        if self.primed:
-            obs = {k: v[self.envs.num_envs :] for k, v in obs.items()}
-            self.primed = False
-        self._merge(obs)
+        self._merge(self.buffer.flat("obs")["obs"])
 
     def _merge(self, obs: DeviceObs) -> None:
         self.policy.update_obs_statistics(obs, self.settings.reduce)

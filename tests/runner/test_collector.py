@@ -126,10 +126,11 @@ def test_collection_keeps_the_policy_fixed(share, hidden):
 @pytest.mark.parametrize("inference", ["host", "device"])
 @pytest.mark.parametrize("share", [True, False])
 def test_the_first_rollout_is_drawn_by_the_normalized_policy(inference, share):
-    """A run's first rollout meets empty statistics: the normalizers first take the observations
-    every env starts from, then the policy acts, so every stored action and log-probability is
-    that of the policy (and normalizer) that drew it; the rollout is merged after its update
-    like every other (its first observations once)."""
+    """A run's first rollout meets empty statistics: the normalizers first center on the mean
+    of the observations every env starts from, at unit scale (the start states' spread says
+    nothing of a rollout's), then the policy acts, so every stored action and log-probability
+    is that of the policy (and normalization) that drew it; the rollout is merged after its
+    update like every other, and the statistics are exactly those of its rows."""
     cfg = tiny_config(
         "Pendulum-v1",
         model={"share_backbone": share},
@@ -139,22 +140,25 @@ def test_the_first_rollout_is_drawn_by_the_normalized_policy(inference, share):
     assert policy.needs_obs_statistics()
     col.collect(noise_seed=5)
     norm = policy.obs_normalizer
-    first = buf.obs[0].double()  # (2 envs, 3)
-    assert norm.count.item() == 2
-    assert torch.allclose(norm.mean, first.mean(0))
-    assert torch.allclose(norm.var, first.var(0, unbiased=False))
+    first = buf.obs[0]  # (2 envs, 3)
+    assert norm.count.item() == 0 and policy.needs_obs_statistics()  # no statistics yet
+    assert torch.allclose(norm.shift, first.mean(0))
+    assert torch.equal(norm.scale, torch.ones(3))
+    assert torch.allclose(norm(buf.obs[3]), (buf.obs[3] - first.mean(0)).clamp(-10, 10))
     noise = torch.from_numpy(rollout_noise(policy, 8, 2, 5))
     with torch.no_grad():
-        for t in range(8):  # the behaviour policy: this normalizer, these weights
+        for t in range(8):  # the behaviour policy: this normalization, these weights
             action, logprob, value = policy.act(buf.obs[t], noise[t].to(torch.float32))
             assert torch.allclose(action, buf.actions[t], atol=1e-5)
             assert torch.allclose(logprob, buf.logprobs[t], atol=1e-5)
             assert torch.allclose(value, buf.values[t], atol=1e-5)
-    col.merge_obs_statistics()  # after the update: the other 14 observations
+    col.merge_obs_statistics()  # after the update: all 16 observations
     obs = buf.obs.reshape(-1, 3).double()
     assert norm.count.item() == 16
     assert torch.allclose(norm.mean, obs.mean(0))
     assert torch.allclose(norm.var, obs.var(0, unbiased=False))
+    assert torch.allclose(norm.shift, obs.mean(0).float())
+    assert torch.allclose(norm.scale, torch.rsqrt(obs.var(0, unbiased=False) + 1e-8).float())
     col.merge_obs_statistics()  # once
     assert norm.count.item() == 16
     col.collect()
@@ -171,7 +175,7 @@ def test_the_first_rollouts_truncations_bootstrap_with_the_critic_that_acted(sha
     envs, policy, buf, col = build(cfg)
     col.collect()
     envs.close()
-    assert policy.obs_normalizer.count.item() == 2  # primed with the two envs' first observations
+    assert policy.obs_normalizer.count.item() == 0  # centered on the envs' first observations
     with torch.no_grad():
         final = policy.value(torch.tensor([[3.0, 1.0]])).item()  # V(final_obs = [3, 1])
         assert buf.next_values[2, 0].item() == pytest.approx(final, abs=1e-6)

@@ -138,7 +138,7 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path, monkeypatch):
     assert load_checkpoint(tmp_path)["global_step"] == 32
 
 
-def test_normalizer_starts_from_the_first_observations_and_merges_each_rollout_after_its_update(
+def test_normalizer_centers_on_the_first_observations_and_merges_each_rollout_after_its_update(
     tmp_path,
 ):
     cfg = tiny_config("Pendulum-v1", trainer={"total_steps": 64})
@@ -147,16 +147,21 @@ def test_normalizer_starts_from_the_first_observations_and_merges_each_rollout_a
     real = trainer.updater.update
 
     def spy(batch, num_steps, refresh=None):
-        seen.append(trainer.policy.obs_normalizer.count.item())
+        norm = trainer.policy.obs_normalizer
+        start = trainer.buffer.obs[0].mean(0)  # this rollout's first observations' mean
+        seen.append((norm.count.item(), norm.shift.clone(), norm.scale.clone(), start))
         return real(batch, num_steps, refresh)
 
     trainer.updater.update = spy
     trainer.train()
     norm = trainer.policy.obs_normalizer
-    # Every update sees the statistics its rollout was collected with: the first rollout's are
-    # the envs' first observations (they start empty); each rollout is merged once after its
-    # update (the first one's first observations not again).
-    assert seen == [float(trainer.envs.num_envs), 32.0]
+    # Every update sees the normalization its rollout was collected with: the first rollout's
+    # centers on the envs' first observations at unit scale (no statistics yet); each rollout
+    # is merged once after its update.
+    (count1, shift1, scale1, start1), (count2, shift2, _, start2) = seen
+    assert (count1, count2) == (0.0, 32.0)
+    assert torch.allclose(shift1, start1) and torch.equal(scale1, torch.ones(3))
+    assert not torch.allclose(shift2, start2)  # from then on, the statistics
     assert norm.count.item() == 64
     obs = trainer.buffer.obs.reshape(-1, 3).double()
     assert not torch.allclose(norm.mean, obs.mean(0))  # both rollouts, not the last one only
