@@ -35,3 +35,9 @@ def group_seeds(
 def noise_seed(seed: int, rollout: int) -> int:
     """Seed of the sampling noise of one rollout (shared by every process of a run)."""
     return _derive(seed, rollout, 2)
+
+
+def warm_up_seed(rollout_noise_seed: int) -> int:
+    """Seed of the sampling noise of the warm-up before a run's first rollout, from that
+    rollout's noise seed."""
+    return _derive(rollout_noise_seed, 3)

@@ -140,19 +140,6 @@ class ActorCritic(nn.Module):
             if norm.enabled:
                 norm.update(obs[k], reduce)
 
-    def center_obs_normalizers(
-        self, obs: Obs, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
-    ) -> None:
-        """Before any statistics: the normalizers center on the mean of these observations at
-        unit scale (ObsNormalizer.center), their statistics left empty."""
-        if not self.dict_obs:
-            if self.obs_normalizer.enabled:
-                self.obs_normalizer.center(obs, reduce)
-            return
-        for k, norm in self.obs_normalizers.items():
-            if norm.enabled:
-                norm.center(obs[k], reduce)
-
     def needs_obs_statistics(self) -> bool:
         """Whether the policy normalizes observations but its normalizers have seen no data."""
         norms = [self.obs_normalizer] if not self.dict_obs else list(self.obs_normalizers.values())

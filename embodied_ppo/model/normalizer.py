@@ -109,29 +109,6 @@ class ObsNormalizer(RunningMeanStd):
         super().merge(batch_mean, batch_var, batch_count)
         self.refresh()
 
-    @torch.no_grad()
-    def center(
-        self, x: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
-    ) -> None:
-        """Before any statistics: normalize by the mean of the rows of `x` (of every process,
-        with `reduce`) at unit scale, until the first merge replaces it. The statistics stay
-        empty, so they remain those of every row merged.
-
-        A run's first rollout acts under this. The variance of a few start states says
-        nothing of the states a rollout visits (MuJoCo's start noise is ~0.005: most of
-        Walker2d's first-rollout inputs would sit at the clip), the mean says where they start.
-        """
-        x = x.reshape(-1, *self.mean.shape).to(torch.float64)
-        n = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
-        packed = torch.cat([n, x.sum(dim=0).reshape(-1)])
-        if reduce is not None:
-            packed = reduce(packed)
-        if packed[0].item() == 0:
-            return
-        mean = (packed[1:] / packed[0]).reshape(self.mean.shape)
-        self.shift.copy_(mean.to(self.shift.dtype))
-        self.scale.fill_(1.0)
-
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """`obs` normalized with the statistics as they are (never updated here), then clipped
         where `clip` is set."""

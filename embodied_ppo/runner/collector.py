@@ -17,6 +17,7 @@ from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.core.obs import map_obs, set_obs
 from embodied_ppo.core.types import CheckpointState, Reduce
 from embodied_ppo.env.protocol import StepResult, VecEnv
+from embodied_ppo.env.seeding import warm_up_seed
 from embodied_ppo.env.spaces import Obs
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.acting import VALUE_BATCH_ROWS, Acting, rollout_noise
@@ -183,14 +184,16 @@ class Collector:
         (noise_seed, t, k). Without it, the noise comes from torch's global generator.
         """
         episodic = episode_seeds is not None
+        if self.policy.needs_obs_statistics():
+            if self.obs is None:
+                self.start(episode_seeds)
+            self._warm_up(None if noise_seed is None else warm_up_seed(noise_seed))
         if episodic:
             self.start(episode_seeds)
         assert self.obs is not None, "call start() first"
         T, N, s = self.buffer.num_steps, self.envs.num_envs, self.settings
         self.stage.clear()
         noise = rollout_noise(self.policy, T, N, noise_seed, s.env_offset, s.total_envs)
-        if self.policy.needs_obs_statistics():
-            self._center()
         self.acting.begin()
         run = _Rollout(
             RolloutStats(), noise, self.acting.noise_terms(noise), episodic,
@@ -321,14 +324,40 @@ class Collector:
         buf = self.buffer
         self._merge(buf.flat("obs")["obs"], buf.mask.reshape(-1).bool())
 
-    def _center(self) -> None:
-        """Before a run's first rollout, its normalizers empty: they center on the mean of the
-        observations every env starts from (of every process) at unit scale, and the first
-        rollout is drawn under that; each stored log-probability is that of the policy that
-        drew the action, and its update trains under the same normalization. Its merge after
-        the update makes the statistics those of its rows."""
+    @torch.inference_mode()
+    def _warm_up(self, noise_seed: int | None) -> None:
+        """Before a run's first rollout, its normalizers empty: the policy acts for one
+        rollout's length on the observations as they come (its normalizers are the identity
+        until they have statistics), nothing of it is trained on, and its observations (of
+        every process) become the statistics. So the first rollout is drawn, and its update
+        trains, under the statistics of the states the policy visits, and every stored
+        log-probability is that of the policy that drew the action. (The start states alone
+        would give the spread of the start noise, ~0.005 in MuJoCo, and most of the first
+        rollout's inputs would sit at the clip.) Its episodes go on into the first rollout;
+        its rewards are not scaled, trained on or logged."""
         assert self.obs is not None
-        self.policy.center_obs_normalizers(self.acting.tensors(self.obs), self.settings.reduce)
+        T, N, s = self.buffer.num_steps, self.envs.num_envs, self.settings
+        noise = rollout_noise(self.policy, T, N, noise_seed, s.env_offset, s.total_envs)
+        self.acting.begin()
+        seen = []
+        obs = self.obs
+        for t in range(T):
+            seen.append(map_obs(np.copy, obs))  # the env may reuse its observation arrays
+            if self.state_size:
+                state = self._reset_states()
+                action, _, _, self.rnn_state = self.acting.act_recurrent(obs, noise[t], state)
+            else:
+                action, _, _ = self.acting.act(obs, noise[t], False)
+            res = self.envs.step(action)
+            if self.state_size:
+                np.logical_or(res.terminated, res.truncated, out=self.episode_starts)
+            obs = res.obs
+        self.obs = map_obs(np.copy, obs)
+        if isinstance(obs, dict):
+            stacked: Obs = {k: np.concatenate([o[k] for o in seen]) for k in obs}
+        else:
+            stacked = np.concatenate(seen)
+        self._merge(self.acting.tensors(stacked), torch.ones(T * N, dtype=torch.bool))
 
     def _merge(self, obs: torch.Tensor | dict[str, torch.Tensor], keep: torch.Tensor) -> None:
         """Merge observations (B, ...) into the normalizers, the rows where `keep` (B,) holds

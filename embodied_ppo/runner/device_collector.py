@@ -21,6 +21,7 @@ from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.env.device_protocol import DeviceObs, DeviceStep, DeviceVecEnv
+from embodied_ppo.env.seeding import warm_up_seed
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.collector import CollectorSettings, RolloutStats
@@ -118,9 +119,9 @@ class DeviceCollector:
         buf, s, policy = self.buffer, self.settings, self.policy
         T, N = buf.num_steps, self.envs.num_envs
         seed = noise_seed if noise_seed is not None else int(torch.randint(2**62, ()).item())
+        if policy.needs_obs_statistics():
+            self._warm_up(warm_up_seed(seed))
         noise = device_noise(policy, T, N, seed, self.device, s.env_offset, s.total_envs)
-        if policy.needs_obs_statistics():  # as the host collector: Collector._center
-            policy.center_obs_normalizers(self.obs, s.reduce)
         keep_finals = s.keep_bootstrap_obs
         finals: list[Final] = []
         logs: dict[str, list[tuple[torch.Tensor, int]]] = {}
@@ -153,6 +154,32 @@ class DeviceCollector:
             )
         buf.rewards.copy_(self.reward_scaler.scale_rollout(buf.rewards, buf.ends, None, s.reduce))
         return self._stats(T * N, logs)
+
+    def _warm_up(self, seed: int) -> None:
+        """Before a run's first rollout, its normalizers empty: the policy acts for one
+        rollout's length, nothing of it trained on, and its observations become the statistics
+        (as the host collector's Collector._warm_up)."""
+        assert self.obs is not None
+        s, policy = self.settings, self.policy
+        T, N = self.buffer.num_steps, self.envs.num_envs
+        noise = device_noise(policy, T, N, seed, self.device, s.env_offset, s.total_envs)
+        seen: dict[str, list[torch.Tensor]] = {k: [] for k in self.obs}
+        obs = self.obs
+        for t in range(T):
+            for k, v in obs.items():
+                seen[k].append(v.clone())
+            actions = torch.cat(
+                [
+                    policy.act(
+                        _rows(obs, slice(i, i + self.micro_batch)),
+                        noise[t, i : i + self.micro_batch],
+                    )[0]
+                    for i in range(0, N, self.micro_batch)
+                ]
+            )
+            obs = self.envs.step(actions).obs
+        self.obs = obs
+        self._merge({k: torch.cat(v) for k, v in seen.items()})
 
     def _act(self, obs: DeviceObs, noise: torch.Tensor, t: int) -> None:
         """Actions, log-probs and values of step t into the buffer, in micro-batches of envs."""

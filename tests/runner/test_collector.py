@@ -102,7 +102,8 @@ def test_each_inference_path_honors_rollout_micro_batch_size(inference, micro, m
     envs, _, _, col = build(cfg, micro, inference)
     col.collect()
     envs.close()
-    assert sizes == ([2, 2, 1] * 4 if micro == 2 else [5] * 4)
+    # 4 steps of the warm-up before a run's first rollout, then its 4 steps, each the same way
+    assert sizes == ([2, 2, 1] * 8 if micro == 2 else [5] * 8)
 
 
 @pytest.mark.parametrize("share, hidden", [(True, [16, 16]), (False, [16, 16]), (False, [160])])
@@ -126,11 +127,11 @@ def test_collection_keeps_the_policy_fixed(share, hidden):
 @pytest.mark.parametrize("inference", ["host", "device"])
 @pytest.mark.parametrize("share", [True, False])
 def test_the_first_rollout_is_drawn_by_the_normalized_policy(inference, share):
-    """A run's first rollout meets empty statistics: the normalizers first center on the mean
-    of the observations every env starts from, at unit scale (the start states' spread says
-    nothing of a rollout's), then the policy acts, so every stored action and log-probability
-    is that of the policy (and normalization) that drew it; the rollout is merged after its
-    update like every other, and the statistics are exactly those of its rows."""
+    """A run's first rollout would meet empty statistics: the policy first acts for one
+    rollout's length (the warm-up, not trained on), whose observations become the statistics;
+    then the first rollout is drawn under them, so every stored action and log-probability is
+    that of the policy (and normalizer) that drew it; the rollout is merged after its update
+    like every other."""
     cfg = tiny_config(
         "Pendulum-v1",
         model={"share_backbone": share},
@@ -138,34 +139,40 @@ def test_the_first_rollout_is_drawn_by_the_normalized_policy(inference, share):
     )
     envs, policy, buf, col = build(cfg, inference=inference)
     assert policy.needs_obs_statistics()
+    merged = []
+    real = col._merge
+
+    def spy(obs, keep):
+        merged.append(obs[keep].double().clone())
+        real(obs, keep)
+
+    col._merge = spy
     col.collect(noise_seed=5)
     norm = policy.obs_normalizer
-    first = buf.obs[0]  # (2 envs, 3)
-    assert norm.count.item() == 0 and policy.needs_obs_statistics()  # no statistics yet
-    assert torch.allclose(norm.shift, first.mean(0))
-    assert torch.equal(norm.scale, torch.ones(3))
-    assert torch.allclose(norm(buf.obs[3]), (buf.obs[3] - first.mean(0)).clamp(-10, 10))
+    (warm,) = merged  # (8 steps x 2 envs, 3): the warm-up's observations
+    assert warm.shape == (16, 3) and norm.count.item() == 16
+    assert torch.allclose(norm.mean, warm.mean(0))
+    assert torch.allclose(norm.var, warm.var(0, unbiased=False))
+    assert not torch.equal(warm[-2:], buf.obs[0].double())  # the rollout went on from it
     noise = torch.from_numpy(rollout_noise(policy, 8, 2, 5))
     with torch.no_grad():
-        for t in range(8):  # the behaviour policy: this normalization, these weights
+        for t in range(8):  # the behaviour policy: this normalizer, these weights
             action, logprob, value = policy.act(buf.obs[t], noise[t].to(torch.float32))
             assert torch.allclose(action, buf.actions[t], atol=1e-5)
             assert torch.allclose(logprob, buf.logprobs[t], atol=1e-5)
             assert torch.allclose(value, buf.values[t], atol=1e-5)
-    col.merge_obs_statistics()  # after the update: all 16 observations
-    obs = buf.obs.reshape(-1, 3).double()
-    assert norm.count.item() == 16
-    assert torch.allclose(norm.mean, obs.mean(0))
-    assert torch.allclose(norm.var, obs.var(0, unbiased=False))
-    assert torch.allclose(norm.shift, obs.mean(0).float())
-    assert torch.allclose(norm.scale, torch.rsqrt(obs.var(0, unbiased=False) + 1e-8).float())
+    col.merge_obs_statistics()  # after the update: the rollout's 16 observations
+    every = torch.cat([warm, buf.obs.reshape(-1, 3).double()])
+    assert norm.count.item() == 32
+    assert torch.allclose(norm.mean, every.mean(0))
+    assert torch.allclose(norm.var, every.var(0, unbiased=False))
     col.merge_obs_statistics()  # once
-    assert norm.count.item() == 16
-    col.collect()
-    assert norm.count.item() == 16
+    assert norm.count.item() == 32
+    col.collect()  # no warm-up again
+    assert norm.count.item() == 32 and len(merged) == 2
     col.merge_obs_statistics()
     envs.close()
-    assert norm.count.item() == 32
+    assert norm.count.item() == 48
 
 
 @pytest.mark.parametrize("share", [True, False])
@@ -175,10 +182,12 @@ def test_the_first_rollouts_truncations_bootstrap_with_the_critic_that_acted(sha
     envs, policy, buf, col = build(cfg)
     col.collect()
     envs.close()
-    assert policy.obs_normalizer.count.item() == 0  # centered on the envs' first observations
+    assert policy.obs_normalizer.count.item() == 14  # the warm-up's 7 steps of 2 envs
+    # The warm-up left each env one step into an episode: truncations at steps 1 and 4.
+    assert buf.truncated[:, 0].nonzero().flatten().tolist() == [1, 4]
     with torch.no_grad():
         final = policy.value(torch.tensor([[3.0, 1.0]])).item()  # V(final_obs = [3, 1])
-        assert buf.next_values[2, 0].item() == pytest.approx(final, abs=1e-6)
+        assert buf.next_values[1, 0].item() == pytest.approx(final, abs=1e-6)
         assert buf.next_values[6, 0].item() == pytest.approx(
-            policy.value(torch.tensor([[1.0, 1.0]])).item(), abs=1e-6
+            policy.value(torch.tensor([[2.0, 1.0]])).item(), abs=1e-6
         )
