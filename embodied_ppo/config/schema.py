@@ -57,7 +57,9 @@ class EnvConfig:
         "per_process", "under torchrun: num_envs per process, or in all (split evenly)"
     )
     normalize_obs: bool = _key(
-        True, "normalize observations by a running mean and variance kept inside the policy"
+        True,
+        "normalize observations by a running mean and variance kept inside the policy; a new "
+        "run first acts one rollout (not trained on, not counted) for their first statistics",
     )
     clip_obs: float | None = _key(
         10.0, "clip the policy's input (normalized) to +-this; null: no clipping"

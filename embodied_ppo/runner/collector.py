@@ -334,7 +334,7 @@ class Collector:
         log-probability is that of the policy that drew the action. (The start states alone
         would give the spread of the start noise, ~0.005 in MuJoCo, and most of the first
         rollout's inputs would sit at the clip.) Its episodes go on into the first rollout;
-        its rewards are not scaled, trained on or logged."""
+        its rewards are not scaled, trained on or logged, and its steps are not counted."""
         assert self.obs is not None
         T, N, s = self.buffer.num_steps, self.envs.num_envs, self.settings
         noise = rollout_noise(self.policy, T, N, noise_seed, s.env_offset, s.total_envs)
@@ -353,6 +353,7 @@ class Collector:
                 np.logical_or(res.terminated, res.truncated, out=self.episode_starts)
             obs = res.obs
         self.obs = map_obs(np.copy, obs)
+        self.envs.set_steps(0)  # error messages number the steps trained on, as global_step
         if isinstance(obs, dict):
             stacked: Obs = {k: np.concatenate([o[k] for o in seen]) for k in obs}
         else:

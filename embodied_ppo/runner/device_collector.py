@@ -179,6 +179,7 @@ class DeviceCollector:
             )
             obs = self.envs.step(actions).obs
         self.obs = obs
+        self.envs.set_steps(0)  # error messages number the steps trained on, as global_step
         self._merge({k: torch.cat(v) for k, v in seen.items()})
 
     def _act(self, obs: DeviceObs, noise: torch.Tensor, t: int) -> None:

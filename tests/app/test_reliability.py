@@ -172,11 +172,12 @@ def pipes(monkeypatch, on: bool) -> None:
 
 
 def _faulty_config(kind: str, backend: str = "sync"):
-    # Env 1 fails at its 40th step: iteration 2 (0-based) of 16 steps, after ckpt_32 and ckpt_64.
+    # Env 1 fails at its 40th step trained on (its 56th: the warm-up's 16 go before the first
+    # rollout): iteration 2 (0-based) of 16 steps, after ckpt_32 and ckpt_64.
     # "processes": the sync backend with env 1 stepped in a worker process (its steps by
     # doorbell; "processes_pipes": by message).
     seed = env_seeds(0, 2)[1]
-    env = {"backend": backend, "kwargs": {"kind": kind, "seed": seed, "at": 40}}
+    env = {"backend": backend, "kwargs": {"kind": kind, "seed": seed, "at": 16 + 40}}
     if backend.startswith("processes"):
         env.update(backend="sync", processes=2)
     return tiny_config(
