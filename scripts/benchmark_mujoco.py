@@ -27,7 +27,9 @@ ROOT; ROOT/results.json for any other ROOT (experiments), unless --results names
 report can be rewritten (`--report-only`) on a clone that holds none of the runs: a learning
 curve is redrawn where every seed's run folder is present and kept as it is otherwise.
 Each record keeps a digest of its config's settings: a config changed since (comments aside)
-is refused, so runs of old settings are never mixed with new ones.
+is refused, so runs of old settings are never mixed with new ones. A record's "remarks" (a
+list of sentences, written into the results file by hand) are printed under the table: how
+its runs were measured where the report's own sentences do not say it (e.g. beside other work).
 
     python scripts/benchmark_mujoco.py --configs configs/hopper.yaml configs/walker2d.yaml \\
         --seeds 100 101 102 103 104 --steps 1000000 --sb3-seeds 100 101 102
@@ -425,9 +427,10 @@ def report(results: dict, out: Path, root: Path) -> None:
         "| --- | ---: | --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: "
         "| --- | --- |",
     ]
-    reach_lines, config_notes, curves = [], [], []
+    reach_lines, config_notes, curves, remarks = [], [], [], []
     noted = set()
     for name, rec in results.items():
+        remarks += [f"- `{name}`: {text}" for text in rec.get("remarks", [])]
         fam = family(rec["env_id"])
         peers = " / ".join("-" if p is None else str(p) for p in PEERS.get(fam, ()))
         target = target_of(fam, rec["steps"])
@@ -470,6 +473,8 @@ def report(results: dict, out: Path, root: Path) -> None:
         if notes and rec["config"] not in noted:
             noted.add(rec["config"])
             config_notes += [f"### `{rec['config']}`", "", notes, ""]
+    if remarks:  # what a record says of how it was measured (`"remarks"` in the results)
+        lines += ["", *remarks]
     if curves:
         lines += ["", "## Learning curves (training return, ours)", "", *curves]
     lines += [

@@ -188,6 +188,15 @@ def test_the_report_is_rewritten_from_the_results_file_when_the_runs_are_gone(
     module.report(results, out, tmp_path / "no_runs")
     assert plots == [] and "(images/benchmark_a_tuning.png)" in out.read_text()
     assert "| `a` | 1,000 | tuning 1 | 100 [100, 100] |" in out.read_text()
+    assert "- `a`:" not in out.read_text()
+    results["a"]["remarks"] = ["ran beside other work: its wall time is not comparable."]
+    module.report(results, out, tmp_path / "no_runs")
+    lines = out.read_text().splitlines()
+    row = next(i for i, x in enumerate(lines) if x.startswith("| `a` | 1,000 | tuning 1"))
+    assert lines[row + 1 : row + 3] == [
+        "",  # after the table, not inside it
+        "- `a`: ran beside other work: its wall time is not comparable.",
+    ]
 
 
 def test_evaluation_and_tuning_seeds_are_reported_apart(tmp_path, monkeypatch):
