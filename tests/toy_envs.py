@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
@@ -28,6 +30,17 @@ class CountingEnv(gym.Env):
         reward = float(np.asarray(action).reshape(-1)[0])
         terminated = self.terminate_at is not None and self.t >= self.terminate_at
         return np.array([float(self.t), 1.0], dtype=np.float32), reward, terminated, False, {}
+
+
+# A lock a test may hold in the main process while env workers start (see LockProbeEnv).
+HELD = threading.Lock()
+
+
+class LockProbeEnv(CountingEnv):
+    """A CountingEnv that says whether `HELD` is held in the process that steps it."""
+
+    def lock_held(self) -> bool:
+        return HELD.locked()
 
 
 def register() -> str:

@@ -14,6 +14,7 @@ work on it. One writer per run directory: it is locked while a run trains.
 from __future__ import annotations
 
 import io
+import multiprocessing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -55,6 +56,13 @@ def train(
         stop: polled between iterations; True stops gracefully (the command's signal handler).
         progress: where the progress line goes (default stdout).
     """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # An env worker process starts by importing the main module (forkserver, spawn): a
+        # script that trains at import would train again in each worker.
+        raise RuntimeError(
+            "embodied_ppo.train() was called while an env worker process imported the main "
+            'script: call it under `if __name__ == "__main__":`'
+        )
     configure_headless_gl()  # before any MuJoCo import or OpenGL context (headless)
     with _session(config, overrides, run_dir, resume, use_intact, progress) as session:
         if isinstance(session, TrainResult):

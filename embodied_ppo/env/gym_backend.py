@@ -27,13 +27,13 @@ from embodied_ppo.core.obs import map_obs as obs_map
 from embodied_ppo.core.obs import set_obs as obs_set
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.env.make import make_one
+from embodied_ppo.env.make import import_env_modules, make_one
 from embodied_ppo.env.protocol import StepResult, step_result
 from embodied_ppo.env.seeding import env_seeds
 from embodied_ppo.env.serial import SerialVectorEnv
 from embodied_ppo.env.spaces import Obs, describe_spaces, finite_rows, obs_cast
 from embodied_ppo.env.state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
-from embodied_ppo.env.workers import ProcessVectorEnv, WorkerDied
+from embodied_ppo.env.workers import ProcessVectorEnv, WorkerDied, worker_context
 from embodied_ppo.io.render import gl_failure_hint
 
 
@@ -85,14 +85,23 @@ def _quiet_worker_errors() -> Iterator[None]:
         yield
 
 
-def _make_member(cfg: EnvConfig, index: int, main_pid: int) -> gym.Env:
-    """Vector-env member `index`: the env inside a TrackedEnv (failures name the index)."""
+def _make_member(
+    cfg: EnvConfig, index: int, main_pid: int, spec: gym.envs.registration.EnvSpec | None = None
+) -> gym.Env:
+    """Vector-env member `index`: the env inside a TrackedEnv (failures name the index).
+
+    `spec`: the main process's registration of `cfg.id`, for a worker process where the id is
+    not registered (registered at run time in the main process, not by an `env.imports` module).
+    """
     if os.getpid() != main_pid:
         # An async worker. Ctrl-C and SIGTERM reach the whole process group, but stopping is the
         # main process's decision: it finishes the iteration (stepping these workers), saves,
         # and closes them. A worker whose parent dies ends when its pipe closes.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        import_env_modules(cfg)
+        if spec is not None and cfg.id not in gym.registry:
+            gym.registry[cfg.id] = spec
     return TrackedEnv(make_one(cfg), index)
 
 
@@ -104,10 +113,18 @@ class GymnasiumVecEnv:
         self.cfg = cfg
         self.num_envs = cfg.num_envs
         self.seeds = env_seeds(seed, cfg.num_envs, env_offset)
-        fns = [functools.partial(_make_member, cfg, k, os.getpid()) for k in range(cfg.num_envs)]
+        spec = None
+        if cfg.backend == "async" or cfg.processes > 1:  # members built in worker processes
+            import_env_modules(cfg)
+            spec = gym.registry.get(cfg.id)
+        fns = [
+            functools.partial(_make_member, cfg, k, os.getpid(), spec) for k in range(cfg.num_envs)
+        ]
         mode = {"autoreset_mode": AutoresetMode.SAME_STEP}
         if cfg.backend == "async":
-            self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(fns, **mode)
+            self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(
+                fns, context=worker_context().get_start_method(), **mode
+            )
         elif cfg.processes > 1:
             self.env = ProcessVectorEnv(fns, cfg.processes, cfg.threads)  # type: ignore[assignment]
         else:

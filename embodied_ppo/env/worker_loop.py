@@ -9,7 +9,9 @@ import pickle
 import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Generic, TypeVar
 
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 
@@ -25,6 +27,22 @@ from embodied_ppo.env.shared import (
     await_change,
 )
 
+T = TypeVar("T")
+
+
+class Portable(Generic[T]):
+    """A value that crosses to a worker process by cloudpickle, so that lambdas and closures
+    (an env factory written inline) reach workers that were not forked from this process."""
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def __getstate__(self) -> bytes:
+        return cloudpickle.dumps(self.value)
+
+    def __setstate__(self, data: bytes) -> None:
+        self.value = pickle.loads(data)
+
 
 def _picklable(exc: BaseException) -> BaseException:
     """`exc`, or a RuntimeError with its text when it cannot cross a pipe."""
@@ -37,21 +55,23 @@ def _picklable(exc: BaseException) -> BaseException:
 
 def serve(
     conn: Connection,
-    env_fns: list[Callable[[], gym.Env]],
+    env_fns: Portable[list[Callable[[], gym.Env]]],
     rows: range,
     threads: int,
     shared: SharedArrays,
     control_raw: ctypes.Array | None = None,
+    spin: float = SPIN_SECONDS,
 ) -> None:
     """A worker process's life: build its group of members, then serve commands until
     'close' or until the main process goes away (its pipe closes). With a control block
-    (`control_raw`), steps come by doorbell and every other command by pipe."""
+    (`control_raw`), steps come by doorbell (the worker spins `spin` seconds after each before
+    it polls) and every other command by pipe."""
     # Stopping is the main process's decision: it finishes the iteration (stepping this
     # worker), saves, and closes it. Ctrl-C and SIGTERM reach the whole process group.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        venv = SerialVectorEnv(env_fns, threads, out=shared.views(rows))
+        venv = SerialVectorEnv(env_fns.value, threads, out=shared.views(rows))
     except BaseException as exc:
         with contextlib.suppress(OSError):
             conn.send(("error", _picklable(exc)))
@@ -72,7 +92,7 @@ def serve(
             except (EOFError, OSError):  # the main process is gone
                 break
         reply = None
-        if control is not None and await_change(control, CMD, done, SPIN_SECONDS, conn):
+        if control is not None and await_change(control, CMD, done, spin, conn):
             try:
                 ended_rows[:] = False
                 logs = []

@@ -23,6 +23,13 @@ How a step reaches a worker and comes back:
   error's exception): one small message each way per worker. A doorbell step whose ended
   episodes carry `info["log"]` dicts sends those on the pipe too, before its counter rises
   (episode ends are rare: the common step stays in shared memory).
+
+Workers are never forked from this process: by the time envs are built it may run threads
+(torch's, a compile pool's, a logger's), and a child forked from a process with threads holds
+their locks in whatever state the fork found them (a worker was seen to abort so, with a
+`std::system_error` before it had built its envs). They are forked instead from a forkserver,
+a clean process that imported the env modules once (`worker_context`), and receive their env
+factories by cloudpickle (`Portable`).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import signal
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
@@ -48,6 +56,7 @@ from embodied_ppo.env.shared import (
     DONE,
     FAILED,
     LOGS,
+    SPIN_SECONDS,
     WAIT_SPIN_SECONDS,
     SharedArrays,
     await_change,
@@ -55,12 +64,29 @@ from embodied_ppo.env.shared import (
     doorbell_action,
 )
 from embodied_ppo.env.spaces import Obs
-from embodied_ppo.env.worker_loop import serve
+from embodied_ppo.env.worker_loop import Portable, serve
 
 T = TypeVar("T")
 
 # A command to a worker and its argument (None: the worker is sent nothing).
 Message = tuple[str, object] | None
+
+
+# What the forkserver imports once, so that each worker it forks starts with them: the main
+# module (multiprocessing's default) and the modules a worker and the package's env factories use.
+_PRELOAD = ["__main__", "embodied_ppo.env.worker_loop", "embodied_ppo.env.gym_backend"]
+
+
+def worker_context(method: str | None = None) -> BaseContext:
+    """The multiprocessing context env workers start with: `method`, else 'forkserver' where
+    the platform has it (Linux, macOS), else 'spawn'. Never a plain fork by default (see the
+    module's docstring). The forkserver, started on first use, preloads `_PRELOAD`."""
+    if method is None:
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(_PRELOAD)  # no effect once the server runs
+    return ctx
 
 
 class WorkerDied(RuntimeError):
@@ -77,8 +103,10 @@ class ProcessVectorEnv:
     the serial backend's. `threads` threads step each process's group (see SerialVectorEnv).
 
     Args:
+        context: the multiprocessing start method of the workers (None: `worker_context`'s).
         doorbell: steps by doorbell (True) or by pipe (False); None: doorbells where they may
             spin (`can_spin`) and the action space has a fixed layout (Box, Discrete).
+        worker_spin: how long a worker spins on its doorbell after each step before it polls.
     """
 
     def __init__(
@@ -88,11 +116,12 @@ class ProcessVectorEnv:
         threads: int = 1,
         context: str | None = None,
         doorbell: bool | None = None,
+        worker_spin: float = SPIN_SECONDS,
     ) -> None:
         self.num_envs = len(env_fns)
         self.groups = group_bounds(self.num_envs, processes)
         # The spaces, from a member built here: it is the first member of this process's group.
-        ctx = mp.get_context(context)
+        ctx = worker_context(context)
         self.closed = False
         self.processes: list[BaseProcess] = []
         self._conns: list[Connection] = []
@@ -124,7 +153,15 @@ class ProcessVectorEnv:
                 parent, child = ctx.Pipe()
                 process = ctx.Process(
                     target=serve,
-                    args=(child, [env_fns[i] for i in rows], rows, threads, self._shared, control),
+                    args=(
+                        child,
+                        Portable([env_fns[i] for i in rows]),
+                        rows,
+                        threads,
+                        self._shared,
+                        control,
+                        worker_spin,
+                    ),
                     name=f"embodied-ppo-envs-{rows.start}-{rows.stop - 1}",
                     daemon=True,
                 )

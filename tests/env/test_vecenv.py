@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import tiny_config
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
+from support import ROOT
 from toy_envs import register
 
 from embodied_ppo.core.errors import ConfigError, TrainingError
@@ -195,17 +196,50 @@ def test_envs_split_over_processes_give_the_same_trajectories(processes, threads
     assert venv.closed and all(p.exitcode == 0 for p in venv.processes)
 
 
+def test_env_workers_do_not_inherit_the_locks_of_this_process():
+    # A worker forked from this process would hold every lock another of its threads held at
+    # the fork (torch's, a compile pool's, a logger's), with no thread there to release it
+    # (with context="fork" this reads (True, True, True)). Workers come from a forkserver: a
+    # lock held here is free there. Their env factories, lambdas, reach them by cloudpickle.
+    import toy_envs
+
+    probe = toy_envs.LockProbeEnv
+    with toy_envs.HELD:
+        venv = ProcessVectorEnv([lambda: probe() for _ in range(3)], 3)
+        assert venv.call("lock_held") == (True, False, False)  # this process's member; workers'
+    venv.close()
+
+
+def test_a_script_that_trains_at_import_is_told_to_guard_it(tmp_path):
+    # Env workers start by importing the main script (forkserver); one that calls train() at
+    # import would train again in every worker: the worker stops with the fix in one line.
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import embodied_ppo\n"
+        "embodied_ppo.train('configs/cartpole.yaml', ['env.processes=2', "
+        f"'trainer.total_steps=512', 'trainer.compile=false'], run_dir={str(tmp_path / 'run')!r})\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode != 0
+    assert 'call it under `if __name__ == "__main__":`' in out.stderr
+    assert "WorkerDied" in out.stderr.splitlines()[-1]
+
+
 def test_doorbell_steps_reach_workers_past_their_spin_and_wait_past_this_ones(monkeypatch):
     # No spinning at all: every wait, the worker's for a step and this process's for its
     # reply, is the sleeping one (the counter looked at between polls of the pipe). With
     # pauses between steps the workers are asleep when each step is rung.
-    from embodied_ppo.env import worker_loop, workers
+    from embodied_ppo.env import workers
 
-    monkeypatch.setattr(worker_loop, "SPIN_SECONDS", 0.0)  # the workers are forked with it
     monkeypatch.setattr(workers, "WAIT_SPIN_SECONDS", 0.0)
     fns = [lambda: gym.make("CartPole-v1", max_episode_steps=9) for _ in range(4)]
     serial = _trajectory(SerialVectorEnv(fns), 30)
-    venv = ProcessVectorEnv(fns, 2, doorbell=True)
+    venv = ProcessVectorEnv(fns, 2, doorbell=True, worker_spin=0.0)
     split = _trajectory(venv, 30, pause=0.003)
     assert len(serial) == len(split)
     for a, b in zip(serial, split, strict=True):
