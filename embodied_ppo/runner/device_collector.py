@@ -168,16 +168,8 @@ class DeviceCollector:
         for t in range(T):
             for k, v in obs.items():
                 seen[k].append(v.clone())
-            actions = torch.cat(
-                [
-                    policy.act(
-                        _rows(obs, slice(i, i + self.micro_batch)),
-                        noise[t, i : i + self.micro_batch],
-                    )[0]
-                    for i in range(0, N, self.micro_batch)
-                ]
-            )
-            obs = self.envs.step(actions).obs
+            self._act(obs, noise[t], t)  # into the buffer, which the first rollout overwrites
+            obs = self.envs.step(self.buffer.actions[t]).obs
         self.obs = obs
         self.envs.set_steps(0)  # error messages number the steps trained on, as global_step
         self._merge({k: torch.cat(v) for k, v in seen.items()})
