@@ -253,7 +253,9 @@ class TrainerConfig:
         None, "keep only the newest N `ckpt_<step>.pt` (`latest.pt`, `best.pt` stay); null: all"
     )
     torch_threads: int | None = _key(
-        None, "torch threads of the update; null: every usable core for large networks, else 1"
+        None,
+        "torch threads of the update; null: every usable core where a gradient step's products "
+        "are large (a recurrent policy's: one time step of the minibatch's sequences), else 1",
     )
     inference: Literal["auto", "host", "device"] = _key(
         "auto", "how collection runs the policy: host (numpy snapshot), device (torch), auto"

@@ -138,7 +138,10 @@ class Trainer(RunState):
         # Torch threads: collection runs one on the CPU, leaving the cores to the envs (its
         # inference is a few small products per step); the update runs `update_threads`.
         self.update_threads = t.torch_threads or update_threads(
-            self.device, self.policy, a.micro_batch_size or a.minibatch_size
+            self.device,
+            self.policy,
+            a.micro_batch_size or a.minibatch_size,
+            (a.sequence_length or a.rollout_steps) if self.policy.state_size else 1,
         )
         self.collect_threads = 1 if self.device.type == "cpu" else self.update_threads
         # numpy's BLAS (the numpy snapshot's products) also runs one thread while collecting:

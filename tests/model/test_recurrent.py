@@ -400,3 +400,23 @@ def test_a_recurrent_policy_learns_to_remember_where_a_memoryless_one_cannot(tmp
 
     assert final_return(kind, "memory") > 0.8  # 1.0 for both kinds at seed 0
     assert final_return(None, "memoryless") < 0.65
+
+
+def test_update_threads_are_chosen_by_the_sequences_of_a_minibatch(tmp_path, monkeypatch):
+    from embodied_ppo.runner import trainer as trainer_module
+
+    asked = []
+
+    def spy(device, policy, rows, sequence_length=1):
+        asked.append((rows, sequence_length))
+        return 1
+
+    monkeypatch.setattr(trainer_module, "update_threads", spy)
+    configs = [
+        recurrent_config(algorithm={"sequence_length": 4}),
+        recurrent_config(),  # chunks of whole rollouts (16 steps)
+        tiny_config(PENDULUM, algorithm={"minibatch_size": 16}),  # no recurrent core
+    ]
+    for i, cfg in enumerate(configs):
+        Trainer(cfg, tmp_path / str(i), progress_stream=io.StringIO()).envs.close()
+    assert asked == [(16, 4), (16, 16), (16, 1)]

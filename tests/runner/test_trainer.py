@@ -272,3 +272,23 @@ def test_collection_runs_numpy_blas_and_torch_on_one_thread(tmp_path):
     trainer.train()
     assert seen and all(blas == [1] * len(before) and n == 1 for blas, n in seen)
     assert blas_threads() == before  # given back after each collection
+
+
+def test_update_threads_count_the_products_a_step_runs(monkeypatch):
+    # Two cores: a second update thread for a step whose products are large; one for small
+    # ones. A recurrent policy's products are one time step over the minibatch's sequences.
+    from support import spec
+
+    from embodied_ppo.runner import build
+
+    monkeypatch.setattr(build, "usable_cores", lambda: 2)
+    cpu = torch.device("cpu")
+    wide = ActorCritic(spec(hidden_sizes=[256, 256]))  # ~70k parameters
+    assert build.update_threads(cpu, wide, 4096) == 2
+    assert build.update_threads(cpu, wide, 64) == 1
+    lstm = ActorCritic(
+        spec(hidden_sizes=[256, 256], recurrent="lstm", recurrent_size=64, recurrent_layers=1)
+    )
+    assert lstm.state_size > 0
+    assert build.update_threads(cpu, lstm, 1024) == 2  # were it 1024 rows a product
+    assert build.update_threads(cpu, lstm, 1024, sequence_length=32) == 1  # 32 sequences
