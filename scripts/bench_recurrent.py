@@ -39,6 +39,9 @@ import benchstats
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The share of evaluation seeds on which a committed memory config must reach its target.
+REQUIRED_SHARE = 0.9
+
 TASKS = {
     "cartpole": {
         "config": "configs/cartpole_pomdp.yaml",

@@ -371,16 +371,9 @@ def protocol_lines(results: dict) -> list[str]:
         "band where every seed's curve is kept.",
         "- The memory tasks (`scripts/bench_recurrent.py`, docs/recurrent.md: ten evaluation "
         "seeds by default) and the arm tasks (`scripts/bench_arm.py`, docs/tasks.md) report the "
-        "same statistics. The arm tasks' numbers published so far are on tuning seeds (0-2; "
-        "push.yaml 0-3) and are yet to be measured on evaluation seeds. The memory tasks' `ours` "
-        "on evaluation seeds 100-109 (100k steps, 20 deterministic episodes a seed, the current "
-        "code; one run at a time beside another process): `cartpole_pomdp.yaml` IQM 288.9 "
-        "[192.7, 420.8], median 288.9, worst 145.6 (seed 103), 2 of 10 at 475 (101, 108): the "
-        "target (9 of 10) is missed, the config holds on its tuning seeds 0-2 only; "
-        "`pendulum_pomdp.yaml` IQM -224.9 [-283.1, -212.0], median -226.3, worst -468.6 (seed "
-        "106), 8 of 10 at -300 (target 9 of 10). RecurrentPPO on these seeds is yet to be run. "
-        "`python scripts/bench_recurrent.py --summarize docs/bench/recurrent_cartpole.json` "
-        "prints every set.",
+        "same statistics; the memory tasks' table closes this page, computed from their results "
+        "files. The arm tasks' numbers published so far are on tuning seeds (0-2; push.yaml 0-3) "
+        "and are yet to be measured on evaluation seeds.",
     ]
     if pending:
         lines.append(
@@ -391,6 +384,60 @@ def protocol_lines(results: dict) -> list[str]:
             f"{benchstats.seeds_text([str(x) for x in DEFAULT_SB3_SEEDS])}) are yet to be run."
         )
     return [*lines, ""]
+
+
+def memory_lines(bench: Path) -> list[str]:
+    """The memory tasks' section: per task, contender and set of seeds, the statistics of
+    `scripts/bench_recurrent.py`'s results files (bench/recurrent_<task>.json) beside the report;
+    empty where there are none."""
+    import bench_recurrent
+
+    rows, notes = [], []
+    for path in sorted(bench.glob("recurrent_*.json")):
+        record = json.loads(path.read_text())
+        task = bench_recurrent.TASKS.get(record.get("task"))
+        if task is None:
+            continue
+        for name, per_seed in record["results"].items():
+            for group, runs in benchstats.by_group(per_seed).items():
+                means = {s: r["mean"] for s, r in runs.items()}
+                summary = benchstats.summarize(means, task["target"])
+                cell = benchstats.cells(summary, ".1f")
+                wall = statistics.mean(r["wall_s"] for r in runs.values())
+                held = "-"
+                if group == "evaluation" and name == "ours":
+                    need = bench_recurrent.REQUIRED_SHARE
+                    met = summary.fraction_at_target >= need
+                    held = f"{need:.0%} of seeds: {'met' if met else '**missed**'}"
+                rows.append(
+                    f"| `{task['config']}` | {record['steps']:,} | {name} | {group} "
+                    f"{cell['seeds']} | {cell['iqm']} | {cell['median']} | {cell['worst']} | "
+                    f">= {task['target']:g}: {cell['at_target']} | {held} | "
+                    f"{', '.join(f'{m:.1f}' for m in means.values())} | {wall:.0f} s |"
+                )
+        if record.get("note"):
+            notes.append(f"- `{path.name}`: {record['note']}")
+    if not rows:
+        return []
+    return [
+        "## Memory tasks (`scripts/bench_recurrent.py`)",
+        "",
+        "From docs/bench/recurrent_*.json (`python scripts/bench_recurrent.py --summarize FILE` "
+        "prints the same). Each seed: deterministic evaluation of 20 episodes after the budget. "
+        "`ours`: the config as committed; `memoryless`: the same without its LSTM; `sb3`: "
+        "RecurrentPPO with RL Baselines3 Zoo's settings for the task; `*_rl_zoo_settings`: ours "
+        "with the zoo's hyperparameters. The requirement: the committed config at the target on "
+        "at least that share of the evaluation seeds. Wall time is the mean over the seeds, "
+        "beside other work unless a note says otherwise.",
+        "",
+        "| config | steps | contender | seeds | IQM [95% CI] | median | worst (seed) | "
+        "at the target | the config's requirement | each seed | wall time |",
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | --- | --- | --- | ---: |",
+        *rows,
+        "",
+        *notes,
+        *([""] if notes else []),
+    ]
 
 
 def seed_curves(rec: dict, seeds: dict, run_of) -> dict[str, tuple[list, list]] | None:
@@ -504,6 +551,7 @@ def report(results: dict, out: Path, root: Path) -> None:
             "",
             *config_notes,
         ]
+    lines += memory_lines(out.parent / "bench")
     out.write_text("\n".join(lines) + "\n")
 
 

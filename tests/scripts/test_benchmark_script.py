@@ -229,6 +229,37 @@ def test_evaluation_and_tuning_seeds_are_reported_apart(tmp_path, monkeypatch):
     assert not (out.parent / "images" / "benchmark_ant_tuning_iqm.png").exists()  # one seed
 
 
+def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, monkeypatch):
+    module = load_script()
+    monkeypatch.setattr(module, "cli", lambda args: None)
+    results = {"a": {"env_id": "Hopper-v5", "steps": 1000, "ours": {}, "sb3": {}}}
+    out = tmp_path / "docs" / "benchmarks.md"
+    out.parent.mkdir()
+    module.report(results, out, tmp_path / "no_runs")
+    assert "## Memory tasks" not in out.read_text()  # no results file: no section
+
+    def record(values: list[float]) -> dict:
+        ours = {str(100 + i): {"mean": v, "wall_s": 30.0} for i, v in enumerate(values)}
+        return {"task": "cartpole", "steps": 100_000, "episodes": 20, "note": "beside work",
+                "results": {"ours": ours, "sb3": {"0": {"mean": 300.0, "wall_s": 170.0}}}}  # fmt: skip
+
+    bench = out.parent / "bench"
+    bench.mkdir()
+    (bench / "recurrent_cartpole.json").write_text(json.dumps(record([500.0] * 9 + [100.0])))
+    module.report(results, out, tmp_path / "no_runs")
+    lines = out.read_text().splitlines()
+    row = next(x for x in lines if x.startswith("| `configs/cartpole_pomdp.yaml` | 100,000 | ours"))
+    assert "| evaluation 100-109 | 500.0 [" in row and "| 100.0 (seed 109) |" in row
+    assert "| >= 475: 9 of 10 (100-108) | 90% of seeds: met |" in row
+    sb3 = next(x for x in lines if "| sb3 |" in x)
+    assert "| tuning 0 | 300.0 [300.0, 300.0] |" in sb3 and "| - |" in sb3  # no requirement
+    assert "- `recurrent_cartpole.json`: beside work" in lines
+    # One seed fewer at the target misses the requirement.
+    (bench / "recurrent_cartpole.json").write_text(json.dumps(record([500.0] * 8 + [100.0] * 2)))
+    module.report(results, out, tmp_path / "no_runs")
+    assert "| >= 475: 8 of 10 (100-107) | 90% of seeds: **missed** |" in out.read_text()
+
+
 def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
     config = write_config(tmp_path / "tiny.yaml")
     results_file, root = tmp_path / "kept.json", tmp_path / "bench"
