@@ -49,9 +49,11 @@ def main() -> None:
         ("metrics/fall_rate", "episodes ending in a fall"),
         ("episodic_return", "return"),
     ]
+    read = [read_run(run) for run in args.runs]
+    if any("metrics/terrain_level" in r for rows, _ in read for r in rows):  # rough ground
+        panels.append(("metrics/terrain_level", "terrain level (mean over envs)"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
-    for i, run in enumerate(args.runs):
-        rows, seconds = read_run(run)
+    for i, (run, (rows, seconds)) in enumerate(zip(args.runs, read, strict=True)):
         name = args.label[i] if i < len(args.label) else run.name
         label = f"{name} ({rows[-1]['global_step'] / 1e6:.1f}M steps, {seconds / 60:.0f} min)"
         for ax, (key, title) in zip(axes, panels, strict=True):
