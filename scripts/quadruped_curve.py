@@ -51,7 +51,7 @@ def main() -> None:
     ]
     read = [read_run(run) for run in args.runs]
     if any("metrics/terrain_level" in r for rows, _ in read for r in rows):  # rough ground
-        panels.append(("metrics/terrain_level", "terrain level (mean over envs)"))
+        panels.append(("metrics/terrain_level", "terrain level (curriculum)"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
     for i, (run, (rows, seconds)) in enumerate(zip(args.runs, read, strict=True)):
         name = args.label[i] if i < len(args.label) else run.name
