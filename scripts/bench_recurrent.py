@@ -198,6 +198,18 @@ def run_sb3(task: dict, seed: int, steps: int, episodes: int) -> dict:
 # ----------------------------------------------------------------------------------- main
 
 
+def summaries(record: dict):
+    """Per contender and set of seeds (tuning, evaluation) of a results file: the contender's
+    name, the group, the statistics of its evaluation returns against the task's target
+    (benchstats.py) and its mean wall time."""
+    target = TASKS[record["task"]]["target"]
+    for name, per_seed in record["results"].items():
+        for group, runs in benchstats.by_group(per_seed).items():
+            means = {s: r["mean"] for s, r in runs.items()}
+            wall = statistics.mean(r["wall_s"] for r in runs.values())
+            yield name, group, benchstats.summarize(means, target), wall
+
+
 def summary_lines(record: dict) -> list[str]:
     """The table of a results file: per contender and set of seeds, the statistics of the
     evaluation returns (benchstats.py) and the mean wall time."""
@@ -209,17 +221,13 @@ def summary_lines(record: dict) -> list[str]:
         f"{'contender':>26} | seeds | IQM [95% CI] | median | worst (seed) | at target | "
         "mean wall time | steps/s",
     ]
-    for name, per_seed in record["results"].items():
-        for group, runs in benchstats.by_group(per_seed).items():
-            cell = benchstats.cells(
-                benchstats.summarize({s: r["mean"] for s, r in runs.items()}, target), ".1f"
-            )
-            wall = statistics.mean(r["wall_s"] for r in runs.values())
-            lines.append(
-                f"{name:>26} | {group} {cell['seeds']} | {cell['iqm']} | {cell['median']} | "
-                f"{cell['worst']} | {cell['at_target']} | {wall:.0f} s | "
-                f"{record['steps'] / wall:,.0f}"
-            )
+    for name, group, summary, wall in summaries(record):
+        cell = benchstats.cells(summary, ".1f")
+        lines.append(
+            f"{name:>26} | {group} {cell['seeds']} | {cell['iqm']} | {cell['median']} | "
+            f"{cell['worst']} | {cell['at_target']} | {wall:.0f} s | "
+            f"{record['steps'] / wall:,.0f}"
+        )
     return lines
 
 

@@ -398,23 +398,19 @@ def memory_lines(bench: Path) -> list[str]:
         task = bench_recurrent.TASKS.get(record.get("task"))
         if task is None:
             continue
-        for name, per_seed in record["results"].items():
-            for group, runs in benchstats.by_group(per_seed).items():
-                means = {s: r["mean"] for s, r in runs.items()}
-                summary = benchstats.summarize(means, task["target"])
-                cell = benchstats.cells(summary, ".1f")
-                wall = statistics.mean(r["wall_s"] for r in runs.values())
-                held = "-"
-                if group == "evaluation" and name == "ours":
-                    need = bench_recurrent.REQUIRED_SHARE
-                    met = summary.fraction_at_target >= need
-                    held = f"{need:.0%} of seeds: {'met' if met else '**missed**'}"
-                rows.append(
-                    f"| `{task['config']}` | {record['steps']:,} | {name} | {group} "
-                    f"{cell['seeds']} | {cell['iqm']} | {cell['median']} | {cell['worst']} | "
-                    f">= {task['target']:g}: {cell['at_target']} | {held} | "
-                    f"{', '.join(f'{m:.1f}' for m in means.values())} | {wall:.0f} s |"
-                )
+        for name, group, summary, wall in bench_recurrent.summaries(record):
+            cell = benchstats.cells(summary, ".1f")
+            held = "-"
+            if group == "evaluation" and name == "ours":
+                need = bench_recurrent.REQUIRED_SHARE
+                met = summary.fraction_at_target >= need
+                held = f"{need:.0%} of seeds: {'met' if met else '**missed**'}"
+            rows.append(
+                f"| `{task['config']}` | {record['steps']:,} | {name} | {group} "
+                f"{cell['seeds']} | {cell['iqm']} | {cell['median']} | {cell['worst']} | "
+                f">= {task['target']:g}: {cell['at_target']} | {held} | "
+                f"{', '.join(f'{m:.1f}' for m in summary.values)} | {wall:.0f} s |"
+            )
         if record.get("note"):
             notes.append(f"- `{path.name}`: {record['note']}")
     if not rows:
