@@ -90,7 +90,8 @@ class ModelConfig:
     )
     init: Literal["orthogonal", "torch_default"] = _key(
         "orthogonal",
-        "orthogonal (gain sqrt 2 hidden, 0.01 action head, 1 value head) or torch_default",
+        "orthogonal (gain sqrt 2 hidden, 0.01 action head, 1 value head) or torch_default "
+        "(torch's own); a recurrent core is orthogonal with zero biases under either",
     )
     init_from: str | None = _key(
         None, "a run or checkpoint whose weights and normalizer this run starts from"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
+from support import spec
 from torch import nn
 
 from embodied_ppo.algo.minibatches import sequence_chunks
@@ -18,6 +19,7 @@ from embodied_ppo.app.export import export_policy
 from embodied_ppo.config.checks import check_config
 from embodied_ppo.core.errors import UserError
 from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.recurrent import RecurrentCore
 from embodied_ppo.runner.trainer import Trainer
 
@@ -69,6 +71,21 @@ def test_the_core_computes_what_torch_lstm_and_gru_compute(kind, reference):
     for t in range(6):
         h, s = core.step(x[t], s)
         assert torch.allclose(h, out[t], atol=1e-6)
+
+
+@pytest.mark.parametrize("init", ["torch_default", "orthogonal"])
+def test_recurrent_cores_are_orthogonal_under_either_model_init(init):
+    """model.init chooses the MLPs' and heads' initialization; both cores (actor's and
+    critic's) keep orthogonal weights and zero biases (configuration.md says so)."""
+    policy = ActorCritic(
+        spec(
+            init=init, share_backbone=False, recurrent="lstm", recurrent_size=8, recurrent_layers=1
+        )
+    )
+    for core in (policy.actor_rnn, policy.critic_rnn):
+        cell = core.cells[0]
+        assert torch.allclose(cell.weight_hh.T @ cell.weight_hh, torch.eye(8), atol=1e-5)
+        assert not cell.bias_ih.any() and not cell.bias_hh.any()
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
