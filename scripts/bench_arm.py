@@ -13,6 +13,7 @@ training return (docs/images/arm_<task>_<set>_iqm.png).
 
     python scripts/bench_arm.py --tasks reach push --seeds 100 101 102 103 104
     python scripts/bench_arm.py --tasks reach_pixels --seeds 100 101 102
+    python scripts/bench_arm.py --tasks reach --seeds 100 101 --set trainer.torch_threads=1
     python scripts/bench_arm.py --summarize --plot      # the table (and curves) of the results
 """
 
@@ -23,10 +24,11 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import benchstats
-from benchmark_mujoco import cli, training_curve
+from benchmark_mujoco import RUN_SETTINGS, cli, run_settings, training_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_SEED = 10000
@@ -37,13 +39,15 @@ DEFAULT_RESULTS = ROOT / "docs" / "bench" / "arm.json"
 DEFAULT_ROOT = ROOT / "runs" / "bench_arm"
 
 
-def run_seed(task: str, seed: int, run: Path) -> dict:
-    """Train (or resume) one seed of a task and evaluate its final policy; its record."""
+def run_seed(task: str, seed: int, run: Path, settings: Sequence[str] = ()) -> dict:
+    """Train (or resume) one seed of a task with the run `settings` (benchmark_mujoco's
+    RUN_SETTINGS overrides) and evaluate its final policy; its record."""
     start = time.perf_counter()
     if (run / "checkpoints" / "latest.pt").exists():
-        cli(["train", "--resume", str(run)])
+        cli(["train", "--resume", str(run), *settings])
     else:
-        cli(["train", f"configs/{task}.yaml", f"trainer.seed={seed}", f"trainer.run_dir={run}"])
+        cli(["train", f"configs/{task}.yaml", f"trainer.seed={seed}", f"trainer.run_dir={run}",
+             *settings])  # fmt: skip
     wall = time.perf_counter() - start
     out = run / "bench_arm_eval.json"
     cli(["eval", str(run), "--episodes", str(EPISODES), "--seed", str(EVAL_SEED),
@@ -54,6 +58,7 @@ def run_seed(task: str, seed: int, run: Path) -> dict:
         "mean_return": summary["mean_return"],
         "wall_s": wall,  # this invocation's (an earlier interrupted one's time is not counted)
         "curve": training_curve(run),
+        **({"settings": list(settings)} if settings else {}),
     }
 
 
@@ -99,7 +104,10 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     p.add_argument("--summarize", action="store_true", help="the table of the results only")
     p.add_argument("--plot", action="store_true", help="draw the IQM bands into docs/images")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help=f"a run setting for every run: {', '.join(RUN_SETTINGS)}")  # fmt: skip
     args = p.parse_args()
+    settings = run_settings(args.set)
     results = json.loads(args.results.read_text()) if args.results.exists() else {}
     if not args.summarize:
         if not args.tasks:
@@ -108,7 +116,7 @@ def main() -> None:
             for seed in args.seeds:
                 if str(seed) in results.get(task, {}):
                     continue  # finished by an earlier invocation
-                r = run_seed(task, seed, args.root.resolve() / task / f"seed{seed}")
+                r = run_seed(task, seed, args.root.resolve() / task / f"seed{seed}", settings)
                 results.setdefault(task, {})[str(seed)] = r
                 args.results.parent.mkdir(parents=True, exist_ok=True)
                 args.results.write_text(json.dumps(results, indent=2) + "\n")

@@ -36,6 +36,12 @@ its runs were measured where the report's own sentences do not say it (e.g. besi
     python scripts/benchmark_mujoco.py --configs configs/humanoid.yaml --seeds 100 \\
         --sb3-seeds --steps 10000000                    # recorded as humanoid_10M
     python scripts/benchmark_mujoco.py --report-only      # rewrite the report from ROOT
+
+Runs that share the machine with other runs are given their share of it with `--set` (how
+a run runs, not what it learns; each seed's record names the settings it ran with):
+
+    python scripts/benchmark_mujoco.py --configs configs/ant.yaml --seeds 100 101 \\
+        --set trainer.torch_threads=1 env.processes=1
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +142,7 @@ def record_name(config: Path, steps: int) -> str:
 
 def fail(message: str) -> None:
     """Bad input: one line on stderr, exit status 2, nothing written."""
-    print(f"benchmark_mujoco.py: error: {message}", file=sys.stderr)
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -168,9 +175,26 @@ def config_digest(config: Path) -> str:
     return hashlib.sha256(settings.encode()).hexdigest()[:16]
 
 
+# How a run runs, not what it learns: what `--set` may give every run of an invocation (e.g.
+# one thread each where several runs share the machine; docs/performance.md).
+RUN_SETTINGS = ("trainer.torch_threads", "env.threads", "env.processes")
+
+
+def run_settings(values: list[str]) -> list[str]:
+    """`--set` values as train overrides, each KEY=VALUE with KEY one of RUN_SETTINGS."""
+    for value in values:
+        key, eq, _ = value.partition("=")
+        if not eq or key not in RUN_SETTINGS:
+            fail(f"--set {value}: expected KEY=VALUE with KEY one of {', '.join(RUN_SETTINGS)}")
+    return list(values)
+
+
 # ------------------------------------------------------------------------------------ ours
-def run_ours(config: Path, seed: int, steps: int, run: Path, episodes: int) -> dict:
-    """Train (or resume) one run of ours, evaluate it; the run's record."""
+def run_ours(
+    config: Path, seed: int, steps: int, run: Path, episodes: int, settings: Sequence[str] = ()
+) -> dict:
+    """Train (or resume) one run of ours with the run `settings` (RUN_SETTINGS overrides),
+    evaluate it; the run's record (which names the settings of each invocation that trained)."""
     state_file = run / "benchmark.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {"wall_s": 0.0}
     if "eval" in state:
@@ -181,6 +205,9 @@ def run_ours(config: Path, seed: int, steps: int, run: Path, episodes: int) -> d
     else:
         cmd = ["train", str(config), f"trainer.seed={seed}", f"trainer.total_steps={steps}",
                f"trainer.run_dir={run}"]  # fmt: skip
+    cmd += settings
+    if settings:
+        state.setdefault("settings", []).append(list(settings))
     start = time.perf_counter()
     try:
         cli(cmd)
@@ -600,6 +627,8 @@ def main() -> None:
                    help="the results file (default: docs/bench/mujoco.json for the default "
                    "--root, ROOT/results.json otherwise)")  # fmt: skip
     p.add_argument("--sb3-save-every", type=int, default=100_000)
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help=f"a run setting for every run of ours: {', '.join(RUN_SETTINGS)}")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="rewrite the report from ROOT")
     p.add_argument("--sb3-worker", nargs=6, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -607,6 +636,7 @@ def main() -> None:
         env_id, seed, steps, run, save_every, episodes = args.sb3_worker
         sb3_worker(env_id, int(seed), int(steps), Path(run), int(save_every), int(episodes))
         return
+    settings = run_settings(args.set)
     root = args.root.resolve()
     if args.results is not None:
         results_file = args.results.resolve()
@@ -639,7 +669,8 @@ def main() -> None:
             for seed in args.seeds:
                 if "eval" in rec["ours"].get(str(seed), {}):  # finished, its folder maybe gone
                     continue
-                r = run_ours(config, seed, args.steps, root / name / f"seed{seed}", args.episodes)
+                run = root / name / f"seed{seed}"
+                r = run_ours(config, seed, args.steps, run, args.episodes, settings)
                 rec["ours"][str(seed)] = r
                 save_record(results_file, name, rec)
                 print(f"{name} seed {seed}: {r['eval']['mean']:.1f} ({r['wall_s'] / 60:.1f} min)")

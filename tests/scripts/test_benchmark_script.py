@@ -320,6 +320,54 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+def test_run_settings_reach_every_invocation_and_are_recorded(tmp_path, monkeypatch):
+    """--set gives each run (fresh or resumed) the run settings, and the record names them."""
+    module = load_script()
+    calls = []
+
+    def fake_cli(args):
+        calls.append(args)
+        if args[0] == "eval":
+            Path(args[args.index("--json") + 1]).write_text(
+                json.dumps({"mean_return": 1.0, "std_return": 0.0})
+            )
+
+    monkeypatch.setattr(module, "cli", fake_cli)
+    monkeypatch.setattr(module, "first_reached", lambda run, thresholds: {})
+    monkeypatch.setattr(module, "training_curve", lambda run: [])
+    config, run = write_config(tmp_path / "tiny.yaml"), tmp_path / "run"
+    settings = module.run_settings(["trainer.torch_threads=1", "env.processes=1"])
+    record = module.run_ours(config, 3, 256, run, 2, settings)
+    assert calls[0][:2] == ["train", str(config)]
+    assert calls[0][-2:] == ["trainer.torch_threads=1", "env.processes=1"]
+    assert record["settings"] == [["trainer.torch_threads=1", "env.processes=1"]]
+    # An interrupted run resumes with the settings of the invocation that resumes it.
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "latest.pt").write_bytes(b"")
+    (run / "benchmark.json").write_text(json.dumps({"wall_s": 1.0}))
+    calls.clear()
+    module.run_ours(config, 3, 256, run, 2, ["env.threads=2"])
+    assert calls[0] == ["train", "--resume", str(run), "env.threads=2"]
+
+
+@pytest.mark.parametrize("value", ["optim.lr=0.1", "trainer.torch_threads", "trainer.seed=3"])
+def test_a_setting_that_changes_what_a_run_learns_is_refused(tmp_path, value):
+    config = write_config(tmp_path / "tiny.yaml")
+    root = tmp_path / "bench"
+    proc = run_script("--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
+                      "--root", str(root), "--set", value)  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"--set {value}: expected KEY=VALUE" in proc.stderr
+    assert not root.exists()
+    arm = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_arm.py"), "--tasks", "reach",
+         "--root", str(root), "--results", str(tmp_path / "arm.json"), "--set", value],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert arm.returncode == 2 and arm.stderr.startswith("bench_arm.py: error: --set")
+    assert not root.exists() and not (tmp_path / "arm.json").exists()
+
+
 def load_bench_settings(tmp_path, schedule: str = "constant"):
     """bench_throughput.py and its settings for a config with early_stop_kl 0.06."""
     spec = importlib.util.spec_from_file_location(
