@@ -399,8 +399,9 @@ def protocol_lines(results: dict) -> list[str]:
         "- The memory tasks (`scripts/bench_recurrent.py`, docs/recurrent.md: ten evaluation "
         "seeds by default) and the arm tasks (`scripts/bench_arm.py`, docs/tasks.md) report the "
         "same statistics; the memory tasks' table closes this page, computed from their results "
-        "files. The arm tasks' numbers published so far are on tuning seeds (0-2; push.yaml 0-3) "
-        "and are yet to be measured on evaluation seeds.",
+        "files. The arm tasks: reach.yaml on evaluation seeds 100-104 in docs/tasks.md "
+        "(docs/bench/arm.json); push.yaml's and reach_pixels.yaml's published numbers are on "
+        "tuning seeds (0-3, 0-2) and are yet to be measured on evaluation seeds.",
     ]
     if pending:
         lines.append(
