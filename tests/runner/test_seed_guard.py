@@ -60,7 +60,8 @@ def test_pendulum_learns_on_an_evaluation_seed_in_100k_steps(seed, tmp_path):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cartpole_pomdp_learns_with_memory_on_an_evaluation_seed_in_20k_steps(seed, tmp_path):
     """Measured: 500.0 on seed 100 and 341.1 on seed 101 (about 50 s each on 2 cores shared
-    with three other processes; the update runs eagerly here). The same config without its LSTM reaches about 40 at 100k steps
-    (docs/bench/recurrent_cartpole.json: 37.5 to 44.2), so a memory that stopped working, or a
-    recurrent update that stopped learning, lands far below."""
+    with three other processes; the update runs eagerly here). The same config without its
+    LSTM reaches about 40 at 100k steps (docs/bench/recurrent_cartpole.json: 37.5 to 44.2), so
+    a memory that stopped working, or a recurrent update that stopped learning, lands far
+    below."""
     assert trained_return("cartpole_pomdp.yaml", seed, 20_000, tmp_path) >= 100.0
