@@ -16,10 +16,15 @@ evaluation returns with its 95% bootstrap interval, the median, the worst seed, 
 the task's target, and the mean wall time of its process. With --out, every finished run is
 saved at once and a seed already in the file is not run again, so an interrupted invocation
 continues where it stopped; --summarize prints the table of a results file without running.
+`--set` gives our runs their share of a machine that other runs share (one thread each:
+docs/performance.md), recorded with each seed; it takes only settings that do not change what
+a run learns (benchmark_mujoco.py's RUN_SETTINGS).
 
 Examples:
     python scripts/bench_recurrent.py --task cartpole --out docs/bench/recurrent_cartpole.json
     python scripts/bench_recurrent.py --task pendulum --seeds 100 --contenders ours sb3
+    python scripts/bench_recurrent.py --task pendulum --contenders ours \
+        --set trainer.torch_threads=1 env.threads=1
     python scripts/bench_recurrent.py --summarize docs/bench/recurrent_pendulum.json
 """
 
@@ -36,6 +41,7 @@ import time
 from pathlib import Path
 
 import benchstats
+from benchmark_mujoco import RUN_SETTINGS, run_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,12 +106,16 @@ TASKS = {
 # ------------------------------------------------------------------------------ contenders
 
 
-def run_ours(task: dict, seed: int, steps: int, episodes: int, memory: bool, work: Path) -> dict:
+def run_ours(
+    task: dict, seed: int, steps: int, episodes: int, memory: bool, work: Path,
+    settings: list[str] | tuple[str, ...] = (),
+) -> dict:  # fmt: skip
+    """Train and evaluate one of our runs with the run `settings` (RUN_SETTINGS overrides)."""
     run = work / f"{'ours' if memory else 'memoryless'}_{seed}"
     extra = [] if memory else ["model.recurrent=null", "algorithm.sequence_length=null"]
     cmd = [sys.executable, "-m", "embodied_ppo", "train", task["config"], *extra,
            f"trainer.seed={seed}", f"trainer.total_steps={steps}", "trainer.eval_interval=null",
-           f"trainer.run_dir={run}"]  # fmt: skip
+           f"trainer.run_dir={run}", *settings]  # fmt: skip
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
@@ -131,8 +141,11 @@ def run_ours(task: dict, seed: int, steps: int, episodes: int, memory: bool, wor
         for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
         if "charts/episodic_return" in row
     ]
-    return {"wall_s": wall, "returns": summary["returns"], "mean": summary["mean_return"],
-            "curve": curve}  # fmt: skip
+    record = {"wall_s": wall, "returns": summary["returns"], "mean": summary["mean_return"],
+              "curve": curve}  # fmt: skip
+    if settings:
+        record["settings"] = list(settings)
+    return record
 
 
 SB3_CHILD = r"""
@@ -245,7 +258,10 @@ def main() -> None:
                         help="the results JSON: written after every run, its runs kept")  # fmt: skip
     parser.add_argument("--summarize", type=Path, default=None,
                         help="print the table of this results JSON and exit")  # fmt: skip
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help=f"a run setting for our runs: {', '.join(RUN_SETTINGS)}")  # fmt: skip
     args = parser.parse_args()
+    settings = run_settings(args.set)
     if args.summarize:
         print("\n".join(summary_lines(json.loads(args.summarize.read_text()))))
         return
@@ -274,7 +290,9 @@ def main() -> None:
                 if name == "sb3":
                     r = run_sb3(task, seed, steps, args.episodes)
                 else:
-                    r = run_ours(task, seed, steps, args.episodes, name == "ours", Path(tmp))
+                    r = run_ours(
+                        task, seed, steps, args.episodes, name == "ours", Path(tmp), settings
+                    )
                 results.setdefault(name, {})[str(seed)] = r
                 print(f"{args.task} seed {seed} {name:>10}: return {r['mean']:8.1f} "
                       f"({r['wall_s']:.0f} s)", flush=True)  # fmt: skip

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import benchstats
 import numpy as np
@@ -198,3 +202,42 @@ def test_bench_arm_reports_success_rates_per_set_of_seeds(tmp_path):
     assert any("tuning 3 | 0.55 [0.55, 0.55]" in x and "0 of 1" in x for x in lines)
     bench_arm.plot(results, tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["arm_push_evaluation_iqm.png"]  # one seed: none
+
+
+def test_bench_recurrent_gives_our_runs_the_run_settings_and_records_them(tmp_path, monkeypatch):
+    import bench_recurrent
+
+    commands = []
+
+    def fake_run(cmd, **kwargs):
+        commands.append(cmd)
+        if "eval" in cmd:  # the run folder is the argument after "eval"
+            run = Path(cmd[cmd.index("eval") + 1])
+            run.mkdir(parents=True)
+            (run / "eval.json").write_text(json.dumps({"returns": [1.0], "mean_return": 1.0}))
+            (run / "metrics.jsonl").write_text("")
+
+    monkeypatch.setattr(bench_recurrent.subprocess, "run", fake_run)
+    settings = bench_recurrent.run_settings(["trainer.torch_threads=1", "env.threads=1"])
+    task = bench_recurrent.TASKS["pendulum"]
+    record = bench_recurrent.run_ours(task, 100, 256, 2, True, tmp_path, settings)
+    train = commands[0]
+    assert train[-3:] == [f"trainer.run_dir={tmp_path / 'ours_100'}", *settings]
+    assert record["settings"] == settings and record["mean"] == 1.0
+    # Without settings a run is the config's alone, and the record says nothing of them.
+    commands.clear()
+    plain = bench_recurrent.run_ours(task, 101, 256, 2, False, tmp_path)
+    assert commands[0][-1] == f"trainer.run_dir={tmp_path / 'memoryless_101'}"
+    assert "settings" not in plain
+
+
+def test_bench_recurrent_refuses_a_setting_that_changes_what_a_run_learns(tmp_path):
+    out = tmp_path / "recurrent.json"
+    proc = subprocess.run(
+        [sys.executable, str(Path(benchstats.__file__).with_name("bench_recurrent.py")), "--task", "pendulum",
+         "--out", str(out), "--set", "optim.lr=0.1"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("bench_recurrent.py: error: --set optim.lr=0.1: expected")
+    assert not out.exists()
