@@ -8,7 +8,12 @@ subprocess, one after the other:
     memoryless  the same config with model.recurrent=null                (an MLP: the control)
     sb3         sb3_contrib.RecurrentPPO, RL Baselines3 Zoo's ppo_lstm settings for the task
 
-and each final policy is evaluated deterministically on the same episodes (those of
+and, when asked for (--contenders), ours_best: the config trained with its own periodic
+evaluation (trainer.eval_interval; ours trains without it), scored by the policy the run keeps
+as checkpoints/best.pt (its best periodic evaluation, on episodes of its own seed, none of
+them test episodes), its final policy's returns kept beside.
+
+Each policy is evaluated deterministically on the same episodes (those of
 `embodied-ppo eval --seed 10000`; the recurrent state reset at every episode start). The JSON holds
 every number (and our runs' training curves); the table prints, per contender and set of seeds
 (evaluation seeds 100 and up, tuning seeds below; benchstats.py), the interquartile mean of the
@@ -47,6 +52,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The share of evaluation seeds on which a committed memory config must reach its target.
 REQUIRED_SHARE = 0.9
+
+# The evaluation episodes every final policy is scored on (`embodied-ppo eval --seed 10000`);
+# no run's periodic evaluation draws them (those derive from the run's own seed).
+TEST_SEED = 10000
+
+CONTENDERS = ("ours", "ours_best", "memoryless", "sb3")
 
 TASKS = {
     "cartpole": {
@@ -106,36 +117,37 @@ TASKS = {
 # ------------------------------------------------------------------------------ contenders
 
 
+def evaluate(policy: Path, episodes: int, out: Path) -> dict:
+    """`embodied-ppo eval` of a run folder (its final policy) or a checkpoint file on the test
+    episodes (`--seed 10000`); the summary it writes to `out`."""
+    cmd = [sys.executable, "-m", "embodied_ppo", "eval", str(policy), "--episodes", str(episodes),
+           "--seed", str(TEST_SEED), "--json", str(out)]  # fmt: skip
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
 def run_ours(
-    task: dict, seed: int, steps: int, episodes: int, memory: bool, work: Path,
+    task: dict, seed: int, steps: int, episodes: int, contender: str, work: Path,
     settings: list[str] | tuple[str, ...] = (),
 ) -> dict:  # fmt: skip
-    """Train and evaluate one of our runs with the run `settings` (RUN_SETTINGS overrides)."""
-    run = work / f"{'ours' if memory else 'memoryless'}_{seed}"
-    extra = [] if memory else ["model.recurrent=null", "algorithm.sequence_length=null"]
+    """Train and evaluate one of our runs (`contender`: ours, ours_best or memoryless) with the
+    run `settings` (RUN_SETTINGS overrides). ours_best trains with the config's periodic
+    evaluation and is scored by the policy the run keeps as checkpoints/best.pt; its record
+    also holds the final policy's returns."""
+    run = work / f"{contender}_{seed}"
+    extra = {
+        "ours": ["trainer.eval_interval=null"],
+        "ours_best": [],  # the config's own periodic evaluation picks best.pt
+        "memoryless": ["model.recurrent=null", "algorithm.sequence_length=null",
+                       "trainer.eval_interval=null"],
+    }[contender]  # fmt: skip
     cmd = [sys.executable, "-m", "embodied_ppo", "train", task["config"], *extra,
-           f"trainer.seed={seed}", f"trainer.total_steps={steps}", "trainer.eval_interval=null",
-           f"trainer.run_dir={run}", *settings]  # fmt: skip
+           f"trainer.seed={seed}", f"trainer.total_steps={steps}", f"trainer.run_dir={run}",
+           *settings]  # fmt: skip
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embodied_ppo",
-            "eval",
-            str(run),
-            "--episodes",
-            str(episodes),
-            "--seed",
-            "10000",
-        ],  # fmt: skip
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    summary = json.loads((run / "eval.json").read_text())
+    summary = evaluate(run, episodes, run / "eval.json")
     curve = [
         [row["global_step"], round(float(row["charts/episodic_return"]), 2)]
         for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
@@ -143,6 +155,11 @@ def run_ours(
     ]
     record = {"wall_s": wall, "returns": summary["returns"], "mean": summary["mean_return"],
               "curve": curve}  # fmt: skip
+    if contender == "ours_best":
+        best = evaluate(run / "checkpoints" / "best.pt", episodes, run / "best_eval.json")
+        record |= {"returns": best["returns"], "mean": best["mean_return"],
+                   "best_step": best["global_step"], "final_returns": summary["returns"],
+                   "final_mean": summary["mean_return"]}  # fmt: skip
     if settings:
         record["settings"] = list(settings)
     return record
@@ -251,8 +268,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="default: the task's 100k")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument(
-        "--contenders", nargs="+", default=["ours", "memoryless", "sb3"],
-        choices=["ours", "memoryless", "sb3"],
+        "--contenders", nargs="+", default=["ours", "memoryless", "sb3"], choices=CONTENDERS,
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=None,
                         help="the results JSON: written after every run, its runs kept")  # fmt: skip
@@ -290,9 +306,7 @@ def main() -> None:
                 if name == "sb3":
                     r = run_sb3(task, seed, steps, args.episodes)
                 else:
-                    r = run_ours(
-                        task, seed, steps, args.episodes, name == "ours", Path(tmp), settings
-                    )
+                    r = run_ours(task, seed, steps, args.episodes, name, Path(tmp), settings)
                 results.setdefault(name, {})[str(seed)] = r
                 print(f"{args.task} seed {seed} {name:>10}: return {r['mean']:8.1f} "
                       f"({r['wall_s']:.0f} s)", flush=True)  # fmt: skip

@@ -258,6 +258,15 @@ def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, m
     (bench / "recurrent_cartpole.json").write_text(json.dumps(record([500.0] * 8 + [100.0] * 2)))
     module.report(results, out, tmp_path / "no_runs")
     assert "| >= 475: 8 of 10 (100-107) | 90% of seeds: **missed** |" in out.read_text()
+    # The policy the config keeps (best.pt) is held to the same requirement.
+    kept = record([500.0] * 8 + [100.0] * 2)
+    kept["results"]["ours_best"] = {
+        str(100 + i): {"mean": 500.0, "wall_s": 40.0} for i in range(10)
+    }
+    (bench / "recurrent_cartpole.json").write_text(json.dumps(kept))
+    module.report(results, out, tmp_path / "no_runs")
+    best = next(x for x in out.read_text().splitlines() if "| ours_best |" in x)
+    assert "| >= 475: 10 of 10 (100-109) | 90% of seeds: met |" in best
 
 
 def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):

@@ -204,31 +204,67 @@ def test_bench_arm_reports_success_rates_per_set_of_seeds(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["arm_push_evaluation_iqm.png"]  # one seed: none
 
 
-def test_bench_recurrent_gives_our_runs_the_run_settings_and_records_them(tmp_path, monkeypatch):
-    import bench_recurrent
-
+def fake_our_runs(bench_recurrent, monkeypatch) -> list[list[str]]:
+    """Replace bench_recurrent's subprocesses: `train` makes the run folder, `eval` of a run
+    folder (the final policy) scores 1.0, of checkpoints/best.pt 2.0 (at step 96); the commands
+    run are returned."""
     commands = []
 
     def fake_run(cmd, **kwargs):
         commands.append(cmd)
-        if "eval" in cmd:  # the run folder is the argument after "eval"
-            run = Path(cmd[cmd.index("eval") + 1])
+        if "train" in cmd:
+            run = Path(next(a for a in cmd if a.startswith("trainer.run_dir=")).split("=", 1)[1])
             run.mkdir(parents=True)
-            (run / "eval.json").write_text(json.dumps({"returns": [1.0], "mean_return": 1.0}))
-            (run / "metrics.jsonl").write_text("")
+            (run / "metrics.jsonl").write_text(
+                json.dumps({"global_step": 64, "charts/episodic_return": 9.0}) + "\n"
+            )
+        else:
+            best = cmd[cmd.index("eval") + 1].endswith("best.pt")
+            summary = {"returns": [2.0 if best else 1.0], "mean_return": 2.0 if best else 1.0,
+                       "global_step": 96 if best else 128}  # fmt: skip
+            Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(summary))
 
     monkeypatch.setattr(bench_recurrent.subprocess, "run", fake_run)
+    return commands
+
+
+def test_bench_recurrent_gives_our_runs_the_run_settings_and_records_them(tmp_path, monkeypatch):
+    import bench_recurrent
+
+    commands = fake_our_runs(bench_recurrent, monkeypatch)
     settings = bench_recurrent.run_settings(["trainer.torch_threads=1", "env.threads=1"])
     task = bench_recurrent.TASKS["pendulum"]
-    record = bench_recurrent.run_ours(task, 100, 256, 2, True, tmp_path, settings)
+    record = bench_recurrent.run_ours(task, 100, 256, 2, "ours", tmp_path, settings)
     train = commands[0]
     assert train[-3:] == [f"trainer.run_dir={tmp_path / 'ours_100'}", *settings]
     assert record["settings"] == settings and record["mean"] == 1.0
+    assert record["curve"] == [[64, 9.0]]
     # Without settings a run is the config's alone, and the record says nothing of them.
     commands.clear()
-    plain = bench_recurrent.run_ours(task, 101, 256, 2, False, tmp_path)
+    plain = bench_recurrent.run_ours(task, 101, 256, 2, "memoryless", tmp_path)
     assert commands[0][-1] == f"trainer.run_dir={tmp_path / 'memoryless_101'}"
-    assert "settings" not in plain
+    assert "model.recurrent=null" in commands[0] and "settings" not in plain
+
+
+def test_bench_recurrent_ours_best_is_scored_by_the_policy_the_run_keeps(tmp_path, monkeypatch):
+    """ours trains without periodic evaluation; ours_best with the config's own, and is scored
+    by checkpoints/best.pt on the same test episodes, its final policy kept beside."""
+    import bench_recurrent
+
+    commands = fake_our_runs(bench_recurrent, monkeypatch)
+    task = bench_recurrent.TASKS["cartpole"]
+    ours = bench_recurrent.run_ours(task, 100, 256, 20, "ours", tmp_path)
+    assert "trainer.eval_interval=null" in commands[0] and ours["mean"] == 1.0
+    commands.clear()
+    best = bench_recurrent.run_ours(task, 100, 256, 20, "ours_best", tmp_path)
+    train, final, kept = commands
+    assert not any(a.startswith("trainer.eval_interval") for a in train)
+    assert final[final.index("eval") + 1] == str(tmp_path / "ours_best_100")
+    assert kept[kept.index("eval") + 1] == str(tmp_path / "ours_best_100/checkpoints/best.pt")
+    for cmd in (final, kept):  # the same test episodes
+        assert cmd[cmd.index("--seed") + 1] == "10000" and cmd[cmd.index("--episodes") + 1] == "20"
+    assert (best["mean"], best["returns"], best["best_step"]) == (2.0, [2.0], 96)
+    assert (best["final_mean"], best["final_returns"]) == (1.0, [1.0])
 
 
 def test_bench_recurrent_refuses_a_setting_that_changes_what_a_run_learns(tmp_path):
