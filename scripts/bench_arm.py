@@ -108,7 +108,9 @@ def main() -> None:
                    help=f"a run setting for every run: {', '.join(RUN_SETTINGS)}")  # fmt: skip
     args = p.parse_args()
     settings = run_settings(args.set)
-    results = json.loads(args.results.read_text()) if args.results.exists() else {}
+    results = benchstats.read_results(args.results)
+    if any(task not in TARGETS or not isinstance(seeds, dict) for task, seeds in results.items()):
+        p.error(f"{args.results} is not a results file of this script")
     if not args.summarize:
         if not args.tasks:
             p.error("--tasks is required (or --summarize)")

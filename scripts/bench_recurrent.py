@@ -48,6 +48,8 @@ from pathlib import Path
 import benchstats
 from benchmark_mujoco import RUN_SETTINGS, run_settings
 
+from embodied_ppo.config.loading import load_config
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # The share of evaluation seeds on which a committed memory config must reach its target.
@@ -156,7 +158,13 @@ def run_ours(
     record = {"wall_s": wall, "returns": summary["returns"], "mean": summary["mean_return"],
               "curve": curve}  # fmt: skip
     if contender == "ours_best":
-        best = evaluate(run / "checkpoints" / "best.pt", episodes, run / "best_eval.json")
+        kept = run / "checkpoints" / "best.pt"
+        if not kept.is_file():
+            raise SystemExit(
+                f"bench_recurrent.py: {run} kept no checkpoints/best.pt: its "
+                f"{steps} steps ended before the config's first periodic evaluation"
+            )
+        best = evaluate(kept, episodes, run / "best_eval.json")
         record |= {"returns": best["returns"], "mean": best["mean_return"],
                    "best_step": best["global_step"], "final_returns": summary["returns"],
                    "final_mean": summary["mean_return"]}  # fmt: skip
@@ -279,12 +287,25 @@ def main() -> None:
     args = parser.parse_args()
     settings = run_settings(args.set)
     if args.summarize:
-        print("\n".join(summary_lines(json.loads(args.summarize.read_text()))))
+        if not args.summarize.is_file():
+            parser.error(f"{args.summarize} not found")
+        record = benchstats.read_results(args.summarize)
+        if not isinstance(record.get("results"), dict):
+            parser.error(f"{args.summarize} is not a results file of this script")
+        print("\n".join(summary_lines(record)))
         return
     if args.task is None:
         parser.error("--task is required (or --summarize)")
     task = TASKS[args.task]
     steps = args.steps or task["steps"]
+    if (
+        "ours_best" in args.contenders
+        and not load_config(ROOT / task["config"]).trainer.eval_interval
+    ):
+        parser.error(
+            f"--contenders ours_best: {task['config']} has no periodic evaluation "
+            "(trainer.eval_interval), so its runs keep no best.pt"
+        )
     record = {
         "task": args.task,
         "steps": steps,
@@ -293,8 +314,11 @@ def main() -> None:
         "results": {},
     }
     if args.out and args.out.exists():
-        kept = json.loads(args.out.read_text())
-        if (kept["task"], kept["steps"], kept["episodes"]) != (args.task, steps, args.episodes):
+        kept = benchstats.read_results(args.out)
+        held = tuple(kept.get(key) for key in ("task", "steps", "episodes"))
+        if None in held:
+            parser.error(f"{args.out} is not a results file of this script")
+        if held != (args.task, steps, args.episodes):
             parser.error(f"{args.out} holds another task, budget or episode count")
         record = kept
     results = record["results"]

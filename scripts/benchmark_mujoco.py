@@ -607,7 +607,7 @@ def group_curves(name: str, group: str, rec: dict, ours: dict, out: Path, root: 
 def save_record(results_file: Path, name: str, rec: dict) -> None:
     """Write one config's record into results.json, keeping the records other invocations
     (running at the same time, on other configs) wrote since this one started."""
-    current = json.loads(results_file.read_text()) if results_file.exists() else {}
+    current = benchstats.read_results(results_file, records="env_id")
     results_file.parent.mkdir(parents=True, exist_ok=True)
     current[name] = rec
     tmp = results_file.with_suffix(".tmp")
@@ -646,7 +646,7 @@ def main() -> None:
         results_file = args.results.resolve()
     else:
         results_file = DEFAULT_RESULTS if root == DEFAULT_ROOT.resolve() else root / "results.json"
-    results = json.loads(results_file.read_text()) if results_file.exists() else {}
+    results = benchstats.read_results(results_file, records="env_id")
     if not args.report_only:
         if not args.configs:
             fail("--configs is required (or --report-only)")

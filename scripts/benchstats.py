@@ -26,6 +26,8 @@ against it where it is installed (the `bench` extra).
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,27 @@ GROUPS = ("evaluation", "tuning")  # the order a report gives them
 RESAMPLES = 10_000  # bootstrap resamples per interval
 BOOTSTRAP_SEED = 0  # the resampling generator's seed: the same report every time
 CONFIDENCE = 0.95
+
+
+def read_results(path: Path, records: str | None = None) -> dict:
+    """A benchmark script's results file (a JSON object), {} when there is none yet; with
+    `records`, every value in it must be an object holding that key (one record per config or
+    task). Anything else stops the script in one line (exit status 2) before a run starts, the
+    file untouched."""
+    if not path.exists():
+        return {}
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        results = exc
+    if isinstance(results, dict) and records is not None:
+        whole = all(isinstance(r, dict) and records in r for r in results.values())
+        results = results if whole else None
+    if not isinstance(results, dict):
+        print(f"{Path(sys.argv[0]).name}: error: {path} is not a results file of this script",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    return results
 
 
 def iqm_weights(n: int) -> np.ndarray:

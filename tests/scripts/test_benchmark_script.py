@@ -316,11 +316,12 @@ def test_a_config_changed_since_its_recorded_runs_is_refused(tmp_path):
 def test_a_record_is_saved_without_dropping_another_invocations(tmp_path):
     module = load_script()
     results_file = tmp_path / "results.json"
-    module.save_record(results_file, "a", {"steps": 1})
+    a1, b, a2 = ({"env_id": "X-v5", "steps": n} for n in (1, 2, 3))
+    module.save_record(results_file, "a", a1)
     # Another invocation, started before "a" was written, saves its own config.
-    module.save_record(results_file, "b", {"steps": 2})
-    module.save_record(results_file, "a", {"steps": 3})
-    assert json.loads(results_file.read_text()) == {"a": {"steps": 3}, "b": {"steps": 2}}
+    module.save_record(results_file, "b", b)
+    module.save_record(results_file, "a", a2)
+    assert json.loads(results_file.read_text()) == {"a": a2, "b": b}
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):

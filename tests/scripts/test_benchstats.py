@@ -204,8 +204,9 @@ def test_bench_arm_reports_success_rates_per_set_of_seeds(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["arm_push_evaluation_iqm.png"]  # one seed: none
 
 
-def fake_our_runs(bench_recurrent, monkeypatch) -> list[list[str]]:
-    """Replace bench_recurrent's subprocesses: `train` makes the run folder, `eval` of a run
+def fake_our_runs(bench_recurrent, monkeypatch, keep_best=True) -> list[list[str]]:
+    """Replace bench_recurrent's subprocesses: `train` makes the run folder (with a
+    checkpoints/best.pt when it evaluates periodically and `keep_best`), `eval` of a run
     folder (the final policy) scores 1.0, of checkpoints/best.pt 2.0 (at step 96); the commands
     run are returned."""
     commands = []
@@ -218,6 +219,9 @@ def fake_our_runs(bench_recurrent, monkeypatch) -> list[list[str]]:
             (run / "metrics.jsonl").write_text(
                 json.dumps({"global_step": 64, "charts/episodic_return": 9.0}) + "\n"
             )
+            if keep_best and "trainer.eval_interval=null" not in cmd:
+                (run / "checkpoints").mkdir()
+                (run / "checkpoints" / "best.pt").write_bytes(b"")
         else:
             best = cmd[cmd.index("eval") + 1].endswith("best.pt")
             summary = {"returns": [2.0 if best else 1.0], "mean_return": 2.0 if best else 1.0,
@@ -265,6 +269,50 @@ def test_bench_recurrent_ours_best_is_scored_by_the_policy_the_run_keeps(tmp_pat
         assert cmd[cmd.index("--seed") + 1] == "10000" and cmd[cmd.index("--episodes") + 1] == "20"
     assert (best["mean"], best["returns"], best["best_step"]) == (2.0, [2.0], 96)
     assert (best["final_mean"], best["final_returns"]) == (1.0, [1.0])
+
+
+def test_bench_recurrent_ours_best_without_a_kept_policy_is_one_line(tmp_path, monkeypatch):
+    """A run too short for its first periodic evaluation keeps no best.pt: one line, no
+    traceback; a config without periodic evaluation is refused before anything trains."""
+    import bench_recurrent
+
+    commands = fake_our_runs(bench_recurrent, monkeypatch, keep_best=False)
+    with pytest.raises(SystemExit, match="kept no checkpoints/best.pt: its 256 steps ended"):
+        bench_recurrent.run_ours(bench_recurrent.TASKS["cartpole"], 100, 256, 20, "ours_best",
+                                 tmp_path)  # fmt: skip
+    assert len(commands) == 2  # trained and scored its final policy, then stopped
+    tasks = {"cartpole": dict(bench_recurrent.TASKS["cartpole"], config="configs/cartpole.yaml")}
+    monkeypatch.setattr(bench_recurrent, "TASKS", tasks)
+    monkeypatch.setattr(sys, "argv", ["bench_recurrent.py", "--task", "cartpole",
+                                      "--contenders", "ours_best"])  # fmt: skip
+    commands.clear()
+    with pytest.raises(SystemExit) as exit_:
+        bench_recurrent.main()
+    assert exit_.value.code == 2 and commands == []
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"task": "cartpole"}'])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench_recurrent.py", "--task", "cartpole", "--out"],
+        ["bench_recurrent.py", "--summarize"],
+        ["bench_arm.py", "--tasks", "reach", "--root", "{tmp}", "--results"],
+        ["benchmark_mujoco.py", "--report-only", "--results"],
+    ],
+)
+def test_a_results_file_the_script_did_not_write_is_refused_in_one_line(tmp_path, args, text):
+    """Nothing trains, no traceback, the file is left as it was."""
+    out = tmp_path / "other.json"
+    out.write_text(text)
+    script, *rest = (a.replace("{tmp}", str(tmp_path / "runs")) for a in args)
+    proc = subprocess.run(
+        [sys.executable, str(Path(benchstats.__file__).with_name(script)), *rest, str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "is not a results file of this script" in proc.stderr.strip().splitlines()[-1]
+    assert out.read_text() == text  # nothing lost
 
 
 def test_bench_recurrent_refuses_a_setting_that_changes_what_a_run_learns(tmp_path):
