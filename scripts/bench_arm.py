@@ -5,7 +5,8 @@ For each task and seed, `embodied-ppo train CONFIG trainer.seed=S` trains in its
 under ROOT/<task>/seed<S> (an interrupted run resumes from its last checkpoint, exact); the final
 policy is evaluated deterministically on 100 episodes (`embodied-ppo eval --episodes 100
 --seed 10000`). Every finished seed is saved at once in the results file (docs/bench/arm.json by
-default) with its success rate, return, wall time and training curve, and is not run again. The
+default) with its success rate, return, wall time and training curve, and is not run again
+(invocations side by side, one core each, share the file: each keeps the seeds the others saved). The
 table gives, per task and set of seeds (evaluation seeds 100 and up, tuning seeds below;
 benchstats.py): the interquartile mean of the success rates with its 95% bootstrap interval, the
 median, the worst seed and the seeds at the task's target; --plot draws the IQM band of the
@@ -60,6 +61,19 @@ def run_seed(task: str, seed: int, run: Path, settings: Sequence[str] = ()) -> d
         "curve": training_curve(run),
         **({"settings": list(settings)} if settings else {}),
     }
+
+
+def save_seed(results_file: Path, task: str, seed: int, record: dict) -> dict:
+    """Write one finished seed into the results file, keeping the seeds other invocations
+    (running at the same time, on other seeds or tasks) wrote since this one started; the
+    file as written."""
+    results = benchstats.read_results(results_file)
+    results.setdefault(task, {})[str(seed)] = record
+    results_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = results_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(results_file)
+    return results
 
 
 def summary_lines(results: dict) -> list[str]:
@@ -119,9 +133,7 @@ def main() -> None:
                 if str(seed) in results.get(task, {}):
                     continue  # finished by an earlier invocation
                 r = run_seed(task, seed, args.root.resolve() / task / f"seed{seed}", settings)
-                results.setdefault(task, {})[str(seed)] = r
-                args.results.parent.mkdir(parents=True, exist_ok=True)
-                args.results.write_text(json.dumps(results, indent=2) + "\n")
+                results = save_seed(args.results, task, seed, r)
                 print(f"{task} seed {seed}: success {r['success_rate']:.2f}", flush=True)
     if not results:
         print(f"bench_arm.py: error: no results in {args.results}", file=sys.stderr)

@@ -20,7 +20,9 @@ every number (and our runs' training curves); the table prints, per contender an
 evaluation returns with its 95% bootstrap interval, the median, the worst seed, the seeds at
 the task's target, and the mean wall time of its process. With --out, every finished run is
 saved at once and a seed already in the file is not run again, so an interrupted invocation
-continues where it stopped; --summarize prints the table of a results file without running.
+continues where it stopped; invocations side by side may share one --out (say ours in one,
+sb3 in another), each keeping the runs the others saved. --summarize prints the table of a
+results file without running.
 `--set` gives our runs their share of a machine that other runs share (one thread each:
 docs/performance.md), recorded with each seed; it takes only settings that do not change what
 a run learns (benchmark_mujoco.py's RUN_SETTINGS).
@@ -269,6 +271,19 @@ def summary_lines(record: dict) -> list[str]:
     return lines
 
 
+def save_run(out: Path, record: dict, contender: str, seed: int, run: dict) -> dict:
+    """Write one finished run into the results file `out`, keeping the runs other invocations
+    (side by side, on other seeds or contenders) wrote since this one started; the record as
+    written. `record` is this invocation's, used while `out` does not exist yet."""
+    written = benchstats.read_results(out) or record
+    written["results"].setdefault(contender, {})[str(seed)] = run
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(written, indent=2) + "\n")
+    tmp.replace(out)
+    return written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS))
@@ -331,12 +346,13 @@ def main() -> None:
                     r = run_sb3(task, seed, steps, args.episodes)
                 else:
                     r = run_ours(task, seed, steps, args.episodes, name, Path(tmp), settings)
-                results.setdefault(name, {})[str(seed)] = r
                 print(f"{args.task} seed {seed} {name:>10}: return {r['mean']:8.1f} "
                       f"({r['wall_s']:.0f} s)", flush=True)  # fmt: skip
                 if args.out:
-                    args.out.parent.mkdir(parents=True, exist_ok=True)
-                    args.out.write_text(json.dumps(record, indent=2) + "\n")
+                    record = save_run(args.out, record, name, seed, r)
+                else:
+                    record["results"].setdefault(name, {})[str(seed)] = r
+                results = record["results"]
     print()
     print("\n".join(summary_lines(record)))
 

@@ -204,6 +204,39 @@ def test_bench_arm_reports_success_rates_per_set_of_seeds(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["arm_push_evaluation_iqm.png"]  # one seed: none
 
 
+def test_bench_arm_keeps_the_seeds_another_invocation_saved(tmp_path):
+    """Two invocations side by side (say push 100-102 and push 103-104, or reach and push)
+    each save their finished seeds into the same results file: neither drops the other's."""
+    import bench_arm
+
+    results = tmp_path / "arm.json"
+    bench_arm.save_seed(results, "push", 100, {"success_rate": 0.8})
+    bench_arm.save_seed(results, "push", 103, {"success_rate": 0.7})  # the other invocation
+    written = bench_arm.save_seed(results, "reach", 100, {"success_rate": 0.96})
+    expected = {"push": {"100": {"success_rate": 0.8}, "103": {"success_rate": 0.7}},
+                "reach": {"100": {"success_rate": 0.96}}}  # fmt: skip
+    assert written == expected and json.loads(results.read_text()) == expected
+    assert [p.name for p in tmp_path.iterdir()] == ["arm.json"]
+
+
+def test_bench_recurrent_keeps_the_runs_another_invocation_saved(tmp_path):
+    """ours and sb3 side by side in two invocations with one --out: neither drops the other's."""
+    import bench_recurrent
+
+    out = tmp_path / "pendulum.json"
+    mine = {"task": "pendulum", "steps": 100, "episodes": 20, "results": {}}
+    theirs = json.loads(json.dumps(mine))
+    mine = bench_recurrent.save_run(out, mine, "ours", 100, {"mean": -200.0})
+    theirs = bench_recurrent.save_run(out, theirs, "sb3", 100, {"mean": -210.0})
+    mine = bench_recurrent.save_run(out, mine, "ours", 101, {"mean": -220.0})
+    written = json.loads(out.read_text())
+    assert written == mine and written["results"] == {
+        "ours": {"100": {"mean": -200.0}, "101": {"mean": -220.0}},
+        "sb3": {"100": {"mean": -210.0}},
+    }
+    assert [p.name for p in tmp_path.iterdir()] == ["pendulum.json"]
+
+
 def fake_our_runs(bench_recurrent, monkeypatch, keep_best=True) -> list[list[str]]:
     """Replace bench_recurrent's subprocesses: `train` makes the run folder (with a
     checkpoints/best.pt when it evaluates periodically and `keep_best`), `eval` of a run
