@@ -20,9 +20,10 @@ every number (and our runs' training curves); the table prints, per contender an
 evaluation returns with its 95% bootstrap interval, the median, the worst seed, the seeds at
 the task's target, and the mean wall time of its process. With --out, every finished run is
 saved at once and a seed already in the file is not run again, so an interrupted invocation
-continues where it stopped; invocations side by side may share one --out (say ours in one,
-sb3 in another), each keeping the runs the others saved. --summarize prints the table of a
-results file without running.
+continues where it stopped; invocations side by side may share one --out (say ours in one, sb3
+in another), each keeping the runs the others saved. --summarize prints the table of a results
+file without running; --plot draws, per set of seeds, the IQM band of the training return of
+each of our contenders (docs/images/recurrent_<task>_<set>_iqm.png).
 `--set` gives our runs their share of a machine that other runs share (one thread each:
 docs/performance.md), recorded with each seed; it takes only settings that do not change what
 a run learns (benchmark_mujoco.py's RUN_SETTINGS).
@@ -32,7 +33,7 @@ Examples:
     python scripts/bench_recurrent.py --task pendulum --seeds 100 --contenders ours sb3
     python scripts/bench_recurrent.py --task pendulum --contenders ours \
         --set trainer.torch_threads=1 env.threads=1
-    python scripts/bench_recurrent.py --summarize docs/bench/recurrent_pendulum.json
+    python scripts/bench_recurrent.py --summarize docs/bench/recurrent_pendulum.json --plot
 """
 
 from __future__ import annotations
@@ -271,6 +272,29 @@ def summary_lines(record: dict) -> list[str]:
     return lines
 
 
+def plot(record: dict, images: Path) -> list[Path]:
+    """Per set of seeds (evaluation, tuning), the IQM band of the training return of each of
+    our contenders (ours, ours_best, memoryless) with a curve for every seed, at least two
+    seeds, into images/recurrent_<task>_<set>_iqm.png; the images written."""
+    written = []
+    for group in benchstats.GROUPS:
+        bands = {}
+        for name in CONTENDERS:
+            runs = benchstats.by_group(record["results"].get(name, {})).get(group, {})
+            curves = {s: ([p[0] for p in r["curve"]], [p[1] for p in r["curve"]])
+                      for s, r in runs.items() if r.get("curve")}  # fmt: skip
+            if len(curves) > 1 and len(curves) == len(runs):
+                bands[f"{name}, seeds {benchstats.seeds_text(list(runs))}"] = benchstats.curve_band(
+                    curves
+                )
+        if bands:
+            out = images / f"recurrent_{record['task']}_{group}_iqm.png"
+            title = f"{record['task']}, {group} seeds"
+            benchstats.plot_bands(bands, out, title, ylabel="training return (stochastic)")
+            written.append(out)
+    return written
+
+
 def save_run(out: Path, record: dict, contender: str, seed: int, run: dict) -> dict:
     """Write one finished run into the results file `out`, keeping the runs other invocations
     (side by side, on other seeds or contenders) wrote since this one started; the record as
@@ -299,6 +323,9 @@ def main() -> None:
                         help="print the table of this results JSON and exit")  # fmt: skip
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help=f"a run setting for our runs: {', '.join(RUN_SETTINGS)}")  # fmt: skip
+    parser.add_argument("--plot", action="store_true",
+                        help="draw the IQM bands of our contenders' training returns into "
+                             "docs/images")  # fmt: skip
     args = parser.parse_args()
     settings = run_settings(args.set)
     if args.summarize:
@@ -308,6 +335,9 @@ def main() -> None:
         if not isinstance(record.get("results"), dict):
             parser.error(f"{args.summarize} is not a results file of this script")
         print("\n".join(summary_lines(record)))
+        if args.plot:
+            for out in plot(record, ROOT / "docs" / "images"):
+                print(f"wrote {out}")
         return
     if args.task is None:
         parser.error("--task is required (or --summarize)")
@@ -355,6 +385,9 @@ def main() -> None:
                 results = record["results"]
     print()
     print("\n".join(summary_lines(record)))
+    if args.plot:
+        for out in plot(record, ROOT / "docs" / "images"):
+            print(f"wrote {out}")
 
 
 if __name__ == "__main__":

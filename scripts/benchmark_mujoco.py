@@ -416,11 +416,12 @@ def protocol_lines(results: dict) -> list[str]:
 
 def memory_lines(bench: Path) -> list[str]:
     """The memory tasks' section: per task, contender and set of seeds, the statistics of
-    `scripts/bench_recurrent.py`'s results files (bench/recurrent_<task>.json) beside the report;
-    empty where there are none."""
+    `scripts/bench_recurrent.py`'s results files (bench/recurrent_<task>.json) beside the report,
+    and the IQM bands of our contenders' training returns (drawn into images/ beside it); empty
+    where there are none."""
     import bench_recurrent
 
-    rows, notes = [], []
+    rows, notes, curves = [], [], []
     for path in sorted(bench.glob("recurrent_*.json")):
         record = json.loads(path.read_text())
         task = bench_recurrent.TASKS.get(record.get("task"))
@@ -441,6 +442,9 @@ def memory_lines(bench: Path) -> list[str]:
             )
         if record.get("note"):
             notes.append(f"- `{path.name}`: {record['note']}")
+        for image in bench_recurrent.plot(record, bench.parent / "images"):
+            group = image.stem.split("_")[-2]
+            curves.append(f"![{record['task']}, {group} seeds](images/{image.name})")
     if not rows:
         return []
     return [
@@ -464,6 +468,16 @@ def memory_lines(bench: Path) -> list[str]:
         "",
         *notes,
         *([""] if notes else []),
+        *(
+            [
+                "The training return (stochastic actions) of our contenders: the IQM over seeds, "
+                "shaded its 95% bootstrap interval (`bench_recurrent.py --plot`).",
+                "",
+            ]
+            if curves
+            else []
+        ),
+        *(line for image in curves for line in (image, "")),
     ]
 
 

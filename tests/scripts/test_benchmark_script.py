@@ -267,6 +267,15 @@ def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, m
     module.report(results, out, tmp_path / "no_runs")
     best = next(x for x in out.read_text().splitlines() if "| ours_best |" in x)
     assert "| >= 475: 10 of 10 (100-109) | 90% of seeds: met |" in best
+    assert "iqm.png" not in out.read_text()  # no curves: no band drawn
+    # With our runs' curves, their IQM band is drawn beside the report and linked from it.
+    for run in kept["results"]["ours"].values():
+        run["curve"] = [[0, 20.0], [100_000, run["mean"]]]
+    (bench / "recurrent_cartpole.json").write_text(json.dumps(kept))
+    module.report(results, out, tmp_path / "no_runs")
+    image = "images/recurrent_cartpole_evaluation_iqm.png"
+    assert f"![cartpole, evaluation seeds]({image})" in out.read_text().splitlines()
+    assert (out.parent / image).stat().st_size > 0
 
 
 def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):

@@ -237,6 +237,32 @@ def test_bench_recurrent_keeps_the_runs_another_invocation_saved(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["pendulum.json"]
 
 
+def test_bench_recurrent_draws_the_iqm_band_of_each_of_our_contenders(tmp_path, monkeypatch):
+    """One image per set of seeds; a band per contender with a curve on at least two seeds
+    (sb3 keeps no curve, one seed gives no band), each the IQM over those seeds."""
+    import bench_recurrent
+
+    def run(level):
+        return {"mean": level, "wall_s": 1.0, "curve": [[0, 0.0], [100, level]]}
+
+    record = {"task": "cartpole", "results": {
+        "ours": {"100": run(400.0), "101": run(500.0), "102": run(450.0), "1": run(300.0)},
+        "ours_best": {"100": run(480.0), "101": run(490.0)},
+        "memoryless": {"1": run(40.0), "2": run(50.0)},
+        "sb3": {"100": {"mean": 300.0, "wall_s": 9.0}, "101": {"mean": 200.0, "wall_s": 9.0}},
+    }}  # fmt: skip
+    drawn = {}
+    monkeypatch.setattr(bench_recurrent.benchstats, "plot_bands",
+                        lambda bands, out, title, ylabel: drawn.setdefault(out.name, bands))  # fmt: skip
+    written = bench_recurrent.plot(record, tmp_path)
+    assert [p.name for p in written] == ["recurrent_cartpole_evaluation_iqm.png",
+                                         "recurrent_cartpole_tuning_iqm.png"]  # fmt: skip
+    evaluation = drawn["recurrent_cartpole_evaluation_iqm.png"]
+    assert list(evaluation) == ["ours, seeds 100-102", "ours_best, seeds 100, 101"]
+    assert evaluation["ours, seeds 100-102"].iqm[-1] == pytest.approx(450.0)
+    assert list(drawn["recurrent_cartpole_tuning_iqm.png"]) == ["memoryless, seeds 1, 2"]
+
+
 def fake_our_runs(bench_recurrent, monkeypatch, keep_best=True) -> list[list[str]]:
     """Replace bench_recurrent's subprocesses: `train` makes the run folder (with a
     checkpoints/best.pt when it evaluates periodically and `keep_best`), `eval` of a run
