@@ -6,7 +6,10 @@ deterministically (`embodied-ppo eval --episodes 10 --seed 10000`). Stable-Basel
 RL Baselines3 Zoo's hyperparameters for the task trains the same number of steps on the same
 machine (ROOT/<name>/sb3_seed<S>) and is evaluated on the same episodes. <name> is the
 config's name for the default budget of 1M steps, with the budget appended for any other
-(`humanoid_10M`), so one ROOT and one report hold several budgets. The report
+(`humanoid_10M`), so one ROOT and one report hold several budgets. The classic-control configs
+(cartpole.yaml, pendulum.yaml, cartpole_grpo.yaml) are measured the same way at their own
+budgets (`--steps 100000`: `cartpole_100k`), without Stable-Baselines3 (no zoo settings here
+for them: `--sb3-seeds` with no seeds). The report
 (docs/benchmarks.md by default) opens with the seed protocol (benchstats.py: tuning seeds 0-9,
 evaluation seeds 100 and up; a config's seeds below 100 and from 100 are reported on separate
 rows) and gives, per config and set of seeds: the interquartile mean (IQM) of the evaluation
@@ -104,6 +107,11 @@ TARGETS = {
         "Humanoid": 1300,
     },
     10_000_000: {"Humanoid": 5500},
+    # The classic-control configs at their own budgets: CartPole-v1's reward threshold in
+    # Gymnasium (475 of the 500 steps); Pendulum-v1, which has none, the usual -200.
+    100_000: {"CartPole": 475},
+    150_000: {"CartPole": 475},
+    200_000: {"Pendulum": -200},
 }
 # Returns whose first crossing the report times, besides the targets.
 MILESTONES = {
@@ -499,7 +507,7 @@ def report(results: dict, out: Path, root: Path) -> None:
     import torch
 
     lines = [
-        "# MuJoCo benchmark",
+        "# Benchmarks: MuJoCo and classic control",
         "",
         "Written by `scripts/benchmark_mujoco.py` from its results "
         "(`docs/bench/mujoco.json`) and runs under "
@@ -674,6 +682,10 @@ def main() -> None:
                     f"{record_name(config, args.steps)!r} in {results_file}; remove that record "
                     "(its runs are of the old settings) or use another --root"
                 )
+            lacking = family(env_id_of(config)) not in SB3_ZOO
+            if args.sb3_seeds and lacking:
+                fail(f"no RL Zoo settings here for {env_id_of(config)}: pass --sb3-seeds with "
+                     "no seeds")  # fmt: skip
         root.mkdir(parents=True, exist_ok=True)
         for config in args.configs:
             name, env_id = record_name(config, args.steps), env_id_of(config)

@@ -337,6 +337,23 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     proc = run_script("--configs", str(tmp_path / "missing.yaml"), "--root", str(tmp_path / "b"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such config" in proc.stderr
     assert not (tmp_path / "b").exists()
+    # Stable-Baselines3 has no zoo settings here for the classic-control tasks.
+    proc = run_script("--configs", str(ROOT / "configs" / "cartpole.yaml"), "--steps", "100000",
+                      "--root", str(tmp_path / "b"))  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "no RL Zoo settings here for CartPole-v1" in proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_the_classic_control_configs_have_a_target_at_their_own_budget():
+    module = load_script()
+    for config in ("cartpole", "pendulum", "cartpole_grpo"):
+        cfg = embodied_ppo.load_config(ROOT / "configs" / f"{config}.yaml")
+        fam = module.family(cfg.env.id)
+        assert module.target_of(fam, cfg.trainer.total_steps) is not None, config
+        assert module.record_name(ROOT / f"{config}.yaml", cfg.trainer.total_steps) == (
+            f"{config}_{module.steps_label(cfg.trainer.total_steps)}"
+        )
 
 
 def test_run_settings_reach_every_invocation_and_are_recorded(tmp_path, monkeypatch):
