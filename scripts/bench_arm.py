@@ -36,6 +36,8 @@ EVAL_SEED = 10000
 EPISODES = 100
 # The success rate at which a seed counts as having learned the task.
 TARGETS = {"reach": 0.95, "push": 0.70, "reach_pixels": 0.80}
+# What a config must show on evaluation seeds: at least k of n seeds at the target.
+REQUIRED = {"reach": (5, 5), "push": (4, 5), "reach_pixels": (2, 3)}
 DEFAULT_RESULTS = ROOT / "docs" / "bench" / "arm.json"
 DEFAULT_ROOT = ROOT / "runs" / "bench_arm"
 
@@ -96,7 +98,75 @@ def summary_lines(results: dict) -> list[str]:
     return lines
 
 
-def plot(results: dict, images: Path) -> None:
+def requirement(task: str, summary: benchstats.Summary) -> str:
+    """Against REQUIRED on evaluation seeds: 'met', '**missed**', or how many seeds are yet to
+    run while the outcome is open."""
+    need, of = REQUIRED[task]
+    at, ran = len(summary.at_target), len(summary.values)
+    if at >= need:
+        return f"{need} of {of}: met"
+    if need - at > of - ran:  # even the seeds not yet run could not make it up
+        return f"{need} of {of}: **missed**"
+    left = of - ran
+    return f"{need} of {of}: open ({left} seed{'' if left == 1 else 's'} to run)"
+
+
+def report_lines(results: dict, images: Path) -> list[str]:
+    """The arm tasks' section of docs/benchmarks.md: per task and set of seeds, the statistics
+    of the success rates and, on evaluation seeds, the requirement; the IQM bands drawn into
+    `images` and linked."""
+    rows, bands = [], []
+    for task, per_seed in results.items():
+        for group, runs in benchstats.by_group(per_seed).items():
+            rates = {s: r["success_rate"] for s, r in runs.items()}
+            summary = benchstats.summarize(rates, TARGETS.get(task))
+            cell = benchstats.cells(summary, ".2f")
+            wall = statistics.mean(r["wall_s"] for r in runs.values())
+            held = requirement(task, summary) if group == "evaluation" else "-"
+            rows.append(
+                f"| `configs/{task}.yaml` | {group} {cell['seeds']} | {cell['iqm']} | "
+                f"{cell['median']} | {cell['worst']} | >= {TARGETS[task]:.2f}: "
+                f"{cell['at_target']} | {held} | {', '.join(f'{v:.2f}' for v in rates.values())} "
+                f"| {wall / 60:.1f} min |"
+            )
+    measured = [t for t, runs in results.items() if "evaluation" in benchstats.by_group(runs)]
+    pending = [f"`configs/{t}.yaml`" for t in TARGETS if t not in measured]
+    for out in plot(results, images):
+        task, group = out.stem.removeprefix("arm_").removesuffix("_iqm").rsplit("_", 1)
+        bands += [f"![{task}, {group} seeds](images/{out.name})", ""]
+    if not rows:
+        return []
+    return [
+        "## Arm tasks (`scripts/bench_arm.py`)",
+        "",
+        f"From docs/bench/arm.json (`python scripts/bench_arm.py --summarize` prints the same). "
+        f"Each seed: its final policy's success rate over {EPISODES} deterministic episodes "
+        f"(`embodied-ppo eval --episodes {EPISODES} --seed {EVAL_SEED}`) after the config's "
+        "budget. The requirement: at least k of n evaluation seeds at the target. Wall time is "
+        "the mean over the seeds, one core each, two runs side by side.",
+        "",
+        "| config | seeds | IQM [95% CI] | median | worst (seed) | at the target | "
+        "the config's requirement | each seed | wall time |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- | --- | ---: |",
+        *rows,
+        "",
+        *(
+            [f"Not yet measured on evaluation seeds: {', '.join(pending)} (their tuning "
+             "seeds' numbers: docs/tasks.md).", ""]
+            if pending else []
+        ),
+        *(
+            ["The training return: the IQM over seeds, shaded its 95% bootstrap interval.", ""]
+            if bands else []
+        ),
+        *bands,
+    ]  # fmt: skip
+
+
+def plot(results: dict, images: Path) -> list[Path]:
+    """Per task and set of seeds with every seed's curve (two at least), the IQM band of the
+    training return into images/arm_<task>_<set>_iqm.png; the images written."""
+    written = []
     for task, per_seed in results.items():
         for group, runs in benchstats.by_group(per_seed).items():
             curves = {s: ([r[0] for r in x["curve"]], [r[1] for r in x["curve"]])
@@ -105,7 +175,8 @@ def plot(results: dict, images: Path) -> None:
                 label = f"{task}, {group} seeds {benchstats.seeds_text(list(runs))}"
                 out = images / f"arm_{task}_{group}_iqm.png"
                 benchstats.plot_bands({group: benchstats.curve_band(curves)}, out, label)
-                print(f"wrote {out}")
+                written.append(out)
+    return written
 
 
 def main() -> None:
@@ -140,7 +211,8 @@ def main() -> None:
         sys.exit(2)
     print("\n".join(summary_lines(results)))
     if args.plot:
-        plot(results, ROOT / "docs" / "images")
+        for out in plot(results, ROOT / "docs" / "images"):
+            print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -404,12 +404,12 @@ def protocol_lines(results: dict) -> list[str]:
         "the IQM weighs the middle seed most: read them as such (`scripts/benchstats.py`).",
         "- Learning curves: every seed's training return, and the IQM over seeds with its 95% "
         "band where every seed's curve is kept.",
-        "- The memory tasks (`scripts/bench_recurrent.py`, docs/recurrent.md: ten evaluation "
-        "seeds by default) and the arm tasks (`scripts/bench_arm.py`, docs/tasks.md) report the "
-        "same statistics; the memory tasks' table closes this page, computed from their results "
-        "files. The arm tasks: reach.yaml on evaluation seeds 100-104 in docs/tasks.md "
-        "(docs/bench/arm.json); push.yaml's and reach_pixels.yaml's published numbers are on "
-        "tuning seeds (0-3, 0-2) and are yet to be measured on evaluation seeds.",
+        "- The classic-control configs (cartpole.yaml, pendulum.yaml, cartpole_grpo.yaml) are "
+        "in the first table at their own budgets. The memory tasks (`scripts/bench_recurrent.py`, "
+        "docs/recurrent.md: ten evaluation seeds by default) and the arm tasks "
+        "(`scripts/bench_arm.py`, docs/tasks.md: five evaluation seeds, three for "
+        "reach_pixels.yaml) report the same statistics in the tables that close this page, "
+        "computed from their results files (docs/bench/recurrent_*.json, docs/bench/arm.json).",
     ]
     if pending:
         lines.append(
@@ -487,6 +487,14 @@ def memory_lines(bench: Path) -> list[str]:
         ),
         *(line for image in curves for line in (image, "")),
     ]
+
+
+def arm_lines(results_file: Path, images: Path) -> list[str]:
+    """The arm tasks' section: `scripts/bench_arm.py`'s results file beside the report (its
+    statistics, requirements and IQM bands); empty where there is none."""
+    import bench_arm
+
+    return bench_arm.report_lines(benchstats.read_results(results_file), images)
 
 
 def seed_curves(rec: dict, seeds: dict, run_of) -> dict[str, tuple[list, list]] | None:
@@ -601,6 +609,7 @@ def report(results: dict, out: Path, root: Path) -> None:
             *config_notes,
         ]
     lines += memory_lines(out.parent / "bench")
+    lines += arm_lines(out.parent / "bench" / "arm.json", out.parent / "images")
     out.write_text("\n".join(lines) + "\n")
 
 

@@ -278,6 +278,24 @@ def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, m
     assert (out.parent / image).stat().st_size > 0
 
 
+def test_the_arm_tasks_table_closes_the_report(tmp_path, monkeypatch):
+    module = load_script()
+    monkeypatch.setattr(module, "cli", lambda args: None)
+    results = {"a": {"env_id": "Hopper-v5", "steps": 1000, "ours": {}, "sb3": {}}}
+    out = tmp_path / "docs" / "benchmarks.md"
+    (out.parent / "bench").mkdir(parents=True)
+    module.report(results, out, tmp_path / "no_runs")
+    assert "## Arm tasks" not in out.read_text()  # no results file: no section
+    runs = {str(s): {"success_rate": 0.96, "wall_s": 60.0, "curve": [[0, 0.0], [10, 50.0]]}
+            for s in (100, 101)}  # fmt: skip
+    (out.parent / "bench" / "arm.json").write_text(json.dumps({"reach": runs}))
+    module.report(results, out, tmp_path / "no_runs")
+    text = out.read_text()
+    assert "## Arm tasks" in text and "| `configs/reach.yaml` | evaluation 100, 101 |" in text
+    assert "![reach, evaluation seeds](images/arm_reach_evaluation_iqm.png)" in text
+    assert (out.parent / "images" / "arm_reach_evaluation_iqm.png").is_file()
+
+
 def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
     config = write_config(tmp_path / "tiny.yaml")
     results_file, root = tmp_path / "kept.json", tmp_path / "bench"
