@@ -43,10 +43,12 @@ def trained_return(config: str, seed: int, steps: int, tmp_path) -> float:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_cartpole_learns_on_an_evaluation_seed_in_50k_steps(seed, tmp_path):
-    """Measured: 500.0 on seed 100 and 500.0 on seed 101 (14-19 s each on 2 busy cores); the
-    same config at 30k steps reached 120.8 on seed 100, a random policy about 20."""
-    assert trained_return("cartpole.yaml", seed, 50_000, tmp_path) >= 400.0
+def test_cartpole_learns_on_an_evaluation_seed_in_its_100k_steps(seed, tmp_path):
+    """Measured: 500.0 on seed 100 and 500.0 on seed 101 (35 s each on 2 cores shared with
+    three other processes). With its early stopping (early_stop_kl 0.02) the config learns
+    more slowly than at 50k steps before it (228.4 on seed 100 at 50k), a random policy scores
+    about 20."""
+    assert trained_return("cartpole.yaml", seed, 100_000, tmp_path) >= 400.0
 
 
 @pytest.mark.parametrize("seed", SEEDS)
