@@ -71,10 +71,7 @@ def save_seed(results_file: Path, task: str, seed: int, record: dict) -> dict:
     file as written."""
     results = benchstats.read_results(results_file)
     results.setdefault(task, {})[str(seed)] = record
-    results_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = results_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(results_file)
+    benchstats.write_results(results_file, results)
     return results
 
 

@@ -301,10 +301,7 @@ def save_run(out: Path, record: dict, contender: str, seed: int, run: dict) -> d
     written. `record` is this invocation's, used while `out` does not exist yet."""
     written = benchstats.read_results(out) or record
     written["results"].setdefault(contender, {})[str(seed)] = run
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(written, indent=2) + "\n")
-    tmp.replace(out)
+    benchstats.write_results(out, written)
     return written
 
 

@@ -639,11 +639,8 @@ def save_record(results_file: Path, name: str, rec: dict) -> None:
     """Write one config's record into results.json, keeping the records other invocations
     (running at the same time, on other configs) wrote since this one started."""
     current = benchstats.read_results(results_file, records="env_id")
-    results_file.parent.mkdir(parents=True, exist_ok=True)
     current[name] = rec
-    tmp = results_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(current, indent=2) + "\n")
-    tmp.replace(results_file)
+    benchstats.write_results(results_file, current)
 
 
 # ------------------------------------------------------------------------------------ main

@@ -67,6 +67,14 @@ def read_results(path: Path, records: str | None = None) -> dict:
     return results
 
 
+def write_results(path: Path, results: dict) -> None:
+    """Write a results file whole or not at all: into a temporary file, then moved into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(path)
+
+
 def iqm_weights(n: int) -> np.ndarray:
     """The weight of each of n sorted runs in the IQM (summing to 1): the share of its
     1/n of the mass that lies between the 25th and the 75th percentile, over 1/2."""
