@@ -26,7 +26,13 @@ import torch
 from torch import Tensor
 from torch.optim.adam import adam as adam_step
 
-from embodied_ppo.algo.compiler import _await_probe, _is_compile_failure, _missing_compiler
+from embodied_ppo.algo.compiler import (
+    _await_probe,
+    _is_compile_failure,
+    _missing_compiler,
+    skipping_guards,
+    step_compile_kwargs,
+)
 from embodied_ppo.algo.minibatch_loss import MinibatchLoss
 from embodied_ppo.algo.schedules import adapt_learning_rate
 from embodied_ppo.algo.settings import UpdateSettings
@@ -113,30 +119,22 @@ class GradientStep:
         # CUDA graphs (reduce-overhead) reuse their output memory on the next replay.
         self.cudagraphs = compile and self.device.type == "cuda"
         if compile:
-            mode = "reduce-overhead" if self.cudagraphs else None
-            # Dynamo's guards already check every input's sizes and strides (static shapes).
-            options = {"size_asserts": False, "alignment_asserts": False, "scalar_asserts": False}
-            if self.device.type == "cpu":
-                options["cpp_wrapper"] = True  # the kernel launches in C++, not Python
             # Each GradientStep keeps its own compiled graphs (a process may train several runs,
             # each with other shapes); a few per function: the last micro-batch of a minibatch
             # may have another size.
-            self._grads, self._apply, self._step = (
-                torch.compile(
-                    f,
-                    fullgraph=True,
-                    dynamic=False,
-                    mode=mode,
-                    options=options,
-                    isolate_recompiles=True,
-                    recompile_limit=8,
-                )
-                for f in self._impls
-            )
+            kwargs = step_compile_kwargs(self.device)
+            self._grads, self._apply, self._step = (torch.compile(f, **kwargs) for f in self._impls)
             self.compiled = True
             missing = _missing_compiler(self.device)
             if missing is not None:  # say so now rather than after seconds of tracing
                 self._fall_back(missing)
+
+    @property
+    def capturable(self) -> bool:
+        """Whether Adam runs in its graph-safe form (the step count stays a device tensor):
+        torch's adam() refuses to be traced on a GPU without it, and the whole compiled step
+        would run eagerly."""
+        return self.device.type in ("cuda", "xpu")
 
     # ------------------------------------------------------------------ flat storage
     def _views(self, flat: Tensor) -> list[Tensor]:
@@ -265,6 +263,7 @@ class GradientStep:
             foreach=False,
             fused=fused,
             found_inf=found_inf,
+            capturable=self.capturable and not fused,
             amsgrad=False,
             beta1=self.betas[0],
             beta2=self.betas[1],
@@ -341,7 +340,7 @@ class GradientStep:
             return
         key = (signature, self.flat.device, self.flat.dtype, self.flat.shape)
         if key == self._trusted:
-            with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+            with skipping_guards():
                 yield
             return
         self._trusted = None

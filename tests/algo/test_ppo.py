@@ -405,3 +405,78 @@ def test_the_cpu_compiler_probe_runs_beside_the_build_and_the_first_compiled_cal
     monkeypatch.setattr(step, "_step", lambda *args: "stepped")
     assert step._guarded(2) == "stepped"
     assert done == ["embodied-ppo-isa-probe"] and not probe.is_alive()
+
+
+def test_an_older_torch_compile_without_the_newer_options_still_compiles(monkeypatch):
+    # torch.compile took isolate_recompiles and recompile_limit from 2.12 on, set_stance its
+    # skip_guard_eval_unsafe from 2.7: with a torch that has neither, the update compiles with
+    # what it has and computes the same.
+    real_compile, real_stance = torch.compile, torch.compiler.set_stance
+    seen = []
+
+    def old_compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None,
+                    options=None, disable=False):  # fmt: skip
+        seen.append(model)
+        return real_compile(model, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+                            options=options)  # fmt: skip
+
+    def old_stance(stance="default", *, force_backend=None):
+        raise AssertionError("the update asked for a stance this torch lacks")
+
+    monkeypatch.setattr(torch, "compile", old_compile)
+    monkeypatch.setattr(torch.compiler, "set_stance", old_stance)
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    upd, _ = updater(policy, compile=True)
+    assert upd.step.compiled and len(seen) == 3
+    monkeypatch.setattr(torch, "compile", real_compile)
+    monkeypatch.setattr(torch.compiler, "set_stance", real_stance)
+    torch.manual_seed(0)
+    eager_policy = ActorCritic(spec())
+    eager, _ = updater(eager_policy, compile=False)
+    for seed in (0, 1):  # the second update trusts its signature (the stance, where there is one)
+        upd.update(random_batch(seed=seed), 8)
+        eager.update(random_batch(seed=seed), 8)
+    assert upd.step.compiled  # not fallen back to eager
+    for k, v in eager_policy.state_dict().items():
+        assert torch.allclose(v, policy.state_dict()[k], atol=1e-5), k
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_step_compiles_with_arguments_torch_accepts_on_each_device(device):
+    # torch.compile takes a mode or options, never both (a RuntimeError at the call): on a GPU
+    # the CUDA graphs of mode="reduce-overhead" come as its options. torch.compile checks its
+    # arguments when called, so no GPU is needed to see them accepted.
+    from embodied_ppo.algo.compiler import step_compile_kwargs
+
+    kwargs = step_compile_kwargs(torch.device(device))
+    assert "mode" not in kwargs
+    assert kwargs["options"].get("triton.cudagraphs", False) is (device == "cuda")
+    compiled = torch.compile(lambda x: x + 1, **kwargs)
+    if device == "cpu":
+        assert torch.equal(compiled(torch.zeros(3)), torch.ones(3))
+
+
+def test_adam_in_its_graph_safe_form_computes_the_same(monkeypatch):
+    # On a GPU the compiled step runs Adam with capturable=True (torch's adam() will not be
+    # traced there otherwise); inside a graph the form runs on the CPU too, so its numbers can
+    # be checked here against the eager update's.
+    import embodied_ppo.algo.gradient_step as gs
+
+    seen = set()  # a set: the graph guards on it, and it stops changing after the first call
+    real = gs.adam_step
+
+    def spy(*args, **kwargs):
+        seen.add(kwargs["capturable"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gs.GradientStep, "capturable", property(lambda self: True))
+    monkeypatch.setattr(gs, "adam_step", spy)
+    compiled, m = make_update("gaussian", None, compile=True)
+    assert seen == {True}  # traced in the graph-safe form, never fallen back to eager
+    monkeypatch.undo()
+    eager, m_eager = make_update("gaussian", None)
+    for k, v in eager.state_dict().items():
+        assert torch.allclose(v, compiled.state_dict()[k], atol=1e-5), k
+    for key in m_eager:
+        assert m[key] == pytest.approx(m_eager[key], rel=1e-4, abs=1e-6), key
