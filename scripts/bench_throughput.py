@@ -33,6 +33,7 @@ Examples:
     python scripts/bench_throughput.py --env HalfCheetah-v5 --num-envs 1
     python scripts/bench_throughput.py --env HalfCheetah-v5 --num-envs 8
     python scripts/bench_throughput.py --config configs/humanoid.yaml --iterations 2
+    python scripts/bench_throughput.py --config configs/humanoid.yaml --device cuda
     python scripts/bench_throughput.py --config configs/halfcheetah.yaml --whole-process 200000 \
         --baseline-src /tmp/before --baseline-config /tmp/before/configs/halfcheetah.yaml
 """
@@ -59,7 +60,13 @@ WHOLE = ("ours_whole", "sb3_whole", "before_whole")
 
 
 def settings_from_args(args: argparse.Namespace) -> dict:
-    """The shared hyperparameters every contender uses."""
+    """The shared hyperparameters every contender uses, and the device both train on."""
+    s = _settings(args)
+    s["device"] = getattr(args, "device", "cpu")
+    return s
+
+
+def _settings(args: argparse.Namespace) -> dict:
     if args.config:
         sys.path.insert(0, str(ROOT))
         from embodied_ppo.config.loading import load_config
@@ -149,7 +156,7 @@ def ours_config(s: dict, iterations: int, run_dir: str, threads: int | None):
             },
             "trainer": {
                 "total_steps": iterations * s["rollout_steps"] * s["num_envs"],
-                "device": "cpu",
+                "device": s.get("device", "cpu"),
                 "run_dir": run_dir,
                 "checkpoint_interval": 10**9,
                 "torch_threads": threads,
@@ -309,7 +316,7 @@ def sb3_model(s: dict, threads: int | None, total_steps: int):
             "activation_fn": act,
             "log_std_init": s["log_std_init"],
         },
-        device="cpu",
+        device=s.get("device", "cpu"),
         seed=0,
         verbose=0,
     )
@@ -360,6 +367,7 @@ def machine() -> dict:
         "torch": torch.__version__,
         "torch_threads_default": torch.get_num_threads(),
         "cuda": torch.cuda.is_available(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "python": platform.python_version(),
     }
 
@@ -477,6 +485,11 @@ def main() -> None:
         help="with --baseline-src: the config that checkout trains (default: --config), e.g. "
         "the config as it was before a key it does not know was added",
     )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="where both learners' updates run: cpu (default) or cuda[:N] (steady state only)",
+    )
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument(
         "--worker", choices=(*CONTENDERS, *WHOLE, "collect_pair"), help=argparse.SUPPRESS
@@ -493,6 +506,8 @@ def main() -> None:
         return
     if args.whole_process and not args.config:
         p.error("--whole-process needs --config (the file the train command runs)")
+    if args.whole_process and args.device != "cpu":
+        p.error("--whole-process times the config as written; set its trainer.device instead")
 
     s = settings_from_args(args)
     sb3_runs = "sb3_train" in args.only or args.whole_process
@@ -541,6 +556,7 @@ def main() -> None:
     print(
         f"machine: {info['cores']} cores, torch {info['torch']} "
         f"({info['torch_threads_default']} threads default), cuda={info['cuda']}"
+        + (f" ({info['gpu']}); learners on {s['device']}" if info["gpu"] else "")
     )
     print(f"{'contender':14s} {'steps/s (median)':>18s}")
     for c, v in med.items():

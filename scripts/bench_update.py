@@ -20,6 +20,12 @@ graph, per gradient step, with the products' rate against this machine's rate fo
 products in plain torch:
 
     python scripts/bench_update.py --shape humanoid --profile
+
+`--device cuda` runs the contenders on the GPU (the compiled step then runs under CUDA graphs);
+the `go1` shape is the legged configs' network at GPU-batched scale (mjlab_go1_flat.yaml:
+512-256-128 ELU, 4096 envs x 24 steps, minibatches of 24,576):
+
+    python scripts/bench_update.py --device cuda --shape halfcheetah humanoid go1
 """
 
 from __future__ import annotations
@@ -35,10 +41,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# (obs_dim, action_dim, hidden, minibatch, rollout transitions) of the configs' networks.
+# (obs_dim, action_dim, hidden, minibatch, rollout transitions, activation) of the configs'
+# networks.
 SHAPES = {
-    "halfcheetah": (17, 6, [64, 64], 64, 2048),
-    "humanoid": (348, 17, [256, 256], 512, 4096),
+    "halfcheetah": (17, 6, [64, 64], 64, 2048, "tanh"),
+    "humanoid": (348, 17, [256, 256], 512, 4096, "tanh"),
+    "go1": (48, 12, [512, 256, 128], 24576, 98304, "elu"),
 }
 
 
@@ -85,7 +93,9 @@ def profile_rows(upd, batch: dict, rows: int, updates: int) -> list[tuple[str, f
     return sorted(out, key=lambda r: -r[1])
 
 
-def worker(contender: str, shape: str, updates: int, profile: bool = False) -> dict:
+def worker(
+    contender: str, shape: str, updates: int, profile: bool = False, device_name: str = "cpu"
+) -> dict:
     import torch
 
     if profile:  # before compiling: the generated kernels then report to torch.profiler
@@ -96,7 +106,8 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
     from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
     from embodied_ppo.model.actor_critic import ActorCritic
 
-    obs_dim, act_dim, hidden, mb, rows = SHAPES[shape]
+    obs_dim, act_dim, hidden, mb, rows, activation = SHAPES[shape]
+    device = torch.device(device_name)
     spec = {
         "obs_dim": obs_dim,
         "action_kind": "gaussian",
@@ -104,7 +115,7 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
         "action_low": [-1.0] * act_dim,
         "action_high": [1.0] * act_dim,
         "hidden_sizes": hidden,
-        "activation": "tanh",
+        "activation": activation,
         "share_backbone": False,
         "log_std_init": 0.0,
         "state_dependent_std": False,
@@ -113,7 +124,7 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
         "clip_obs": 10.0,
     }
     torch.manual_seed(0)
-    policy = ActorCritic(spec)
+    policy = ActorCritic(spec).to(device)
     g = torch.Generator().manual_seed(1)
     batch = {
         "obs": torch.randn(rows, obs_dim, generator=g),
@@ -124,6 +135,7 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
         "returns": torch.randn(rows, generator=g),
         "mask": torch.ones(rows),
     }
+    batch = {k: v.to(device) for k, v in batch.items()}
     algo = AlgorithmConfig(minibatch_size=mb, update_epochs=1, rollout_steps=rows)
     optim = OptimConfig()
     if contender == "baseline":  # the numpy update of an earlier checkout, as it chose it
@@ -139,7 +151,7 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
         from embodied_ppo.algo.update import PPOUpdate, make_optimizer
         from embodied_ppo.runner.build import update_threads
 
-        n = update_threads(torch.device("cpu"), policy, mb)
+        n = update_threads(device, policy, mb)
         torch.set_num_threads(n)
         upd = PPOUpdate(
             policy,
@@ -147,9 +159,17 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
             g,
             UpdateSettings(algo, optim, compile=contender == "compiled"),
         )
-        threads = f"torch: {n}"
+        threads = f"torch: {n}" + (
+            f"; {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
+        )
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     start = time.perf_counter()
     upd.update(batch, rows)  # compiles, for the compiled contender
+    sync()
     first = time.perf_counter() - start
     if profile:
         upd.update(batch, rows)  # warm
@@ -162,18 +182,27 @@ def worker(contender: str, shape: str, updates: int, profile: bool = False) -> d
         }
     per_step = []
     for _ in range(updates):
+        sync()
         start = time.perf_counter()
         m = upd.update(batch, rows)
+        sync()
         per_step.append((time.perf_counter() - start) / m["num_gradient_steps"])
     return {"ms": 1e3 * statistics.median(per_step), "first_s": first, "threads": threads}
 
 
-def run_worker(contender: str, shape: str, updates: int, src: Path, profile: bool = False) -> dict:
+def run_worker(
+    contender: str,
+    shape: str,
+    updates: int,
+    src: Path,
+    profile: bool = False,
+    device: str = "cpu",
+) -> dict:
     """`worker` in a fresh subprocess that imports the package from `src`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(src)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", contender, shape]
-    cmd += ["--updates", str(updates)] + (["--profile"] if profile else [])
+    cmd += ["--updates", str(updates), "--device", device] + (["--profile"] if profile else [])
     # Run outside both checkouts, so PYTHONPATH alone decides which code runs.
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/")
     if out.returncode != 0:
@@ -205,6 +234,7 @@ def main() -> None:
     p.add_argument("--contenders", nargs="+", default=["compiled", "eager"])
     p.add_argument("--baseline-src", help="checkout whose update is the baseline contender")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--updates", type=int, default=5, help="timed updates per round")
     p.add_argument("--json", help="write the results here")
     p.add_argument(
@@ -213,9 +243,11 @@ def main() -> None:
     p.add_argument("--worker", nargs=2, metavar=("CONTENDER", "SHAPE"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        result = worker(args.worker[0], args.worker[1], args.updates, args.profile)
+        result = worker(args.worker[0], args.worker[1], args.updates, args.profile, args.device)
         print(json.dumps(result))
         return
+    if args.profile and args.device != "cpu":
+        p.error("--profile splits the CPU step (Inductor's C++ kernels); use --device cpu")
     if args.profile:
         for shape in args.shape:
             print_profile(shape, run_worker("compiled", shape, args.updates, ROOT, True))
@@ -226,7 +258,7 @@ def main() -> None:
         for r in range(args.rounds):
             for c in contenders:
                 src = Path(args.baseline_src).resolve() if c == "baseline" else ROOT
-                m = run_worker(c, shape, args.updates, src)
+                m = run_worker(c, shape, args.updates, src, device=args.device)
                 results.setdefault(shape, {}).setdefault(c, []).append(m)
                 print(
                     f"{shape} round {r + 1}: {c:9s} {m['ms']:8.3f} ms/step "
@@ -237,7 +269,9 @@ def main() -> None:
     for shape, by in results.items():
         med = {c: statistics.median(x["ms"] for x in v) for c, v in by.items()}
         line = ", ".join(f"{c} {v:.3f}" for c, v in med.items())
-        print(f"{shape}: median ms/step: {line}")
+        print(f"{shape}: median ms/step on {args.device}: {line}")
+        rate = ", ".join(f"{c} {SHAPES[shape][3] / v * 1e3:,.0f}" for c, v in med.items())
+        print(f"{shape}: samples/s through the update on {args.device}: {rate}")
         if "baseline" in med:
             print(f"{shape}: compiled / baseline = {med['compiled'] / med['baseline']:.2f}")
     if args.json:

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# What only a GPU can show, in one pass of at most nine minutes (docs/performance.md, "GPU"):
+#   1. the machine: GPU, driver, torch;
+#   2. the CUDA tests (tests/runner/test_cuda.py and the CUDA case of test_trainer.py): the
+#      compiled update under CUDA graphs against the eager one, recurrent training and resume on
+#      the GPU, a GPU-trained policy deployed on the CPU;
+#   3. one gradient step on the GPU, compiled (CUDA graphs) and eager, for the HalfCheetah,
+#      Humanoid and Go1 network shapes, and Go1's on this machine's CPU beside it;
+#   4. humanoid.yaml's steady-state training steps/s with both learners on the GPU: ours beside
+#      Stable-Baselines3 (same settings), and ours with the learner on the CPU.
+# Every step has its own time limit, writes its log to OUT_DIR/<step>.log and prints its tail.
+#
+#     bash scripts/gpu_check.sh OUT_DIR
+#
+# The package and its dependencies must be importable (pip install -e ".[bench]").
+set -u
+out=${1:-gpu_check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+unset MUJOCO_GL  # nothing here renders; a GPU machine may lack the EGL libraries
+py=${PYTHON:-python3}
+
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local start
+    start=$(date +%s)
+    echo "== $name (limit ${limit} s)"
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    echo "   rc=$? in $(($(date +%s) - start)) s"
+    tail -n "${TAIL:-14}" "$out/$name.log"
+}
+
+step machine 20 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; \
+    $py -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, \
+    torch.cuda.get_device_name(0), torch.cuda.device_count(), \"device(s)\")'; nproc"
+# -n 4: the tests compile their own graphs; four at a time keep the GPU and the cores busy.
+TAIL=30 step cuda_tests 170 "$py" -m pytest -q -p no:cacheprovider -o addopts= -n 4 -rs \
+    tests/runner/test_cuda.py "tests/runner/test_trainer.py::test_cuda_training_matches_cpu"
+step update_cuda 130 "$py" scripts/bench_update.py --device cuda \
+    --shape go1 humanoid halfcheetah --rounds 1 --updates 5
+step update_cpu 50 "$py" scripts/bench_update.py --device cpu --shape go1 --rounds 1 --updates 2
+step throughput 110 "$py" scripts/bench_throughput.py --config configs/humanoid.yaml \
+    --device cuda --only ours_train sb3_train --iterations 2 --rounds 1 --sb3-threads 1
+step throughput_cpu 40 "$py" scripts/bench_throughput.py --config configs/humanoid.yaml \
+    --device cpu --only ours_train --iterations 2 --rounds 1
