@@ -228,6 +228,14 @@ def run_ours(
          "--json", str(out)])  # fmt: skip
     summary = json.loads(out.read_text())
     state["eval"] = {"mean": summary["mean_return"], "std": summary["std_return"]}
+    kept = run / "checkpoints" / "best.pt"
+    if kept.is_file():  # a config with a periodic evaluation keeps its best policy: score it too
+        out = run / "benchmark_eval_kept.json"
+        cli(["eval", str(kept), "--episodes", str(episodes), "--seed", str(EVAL_SEED),
+             "--json", str(out)])  # fmt: skip
+        best = json.loads(out.read_text())
+        state["kept"] = {"mean": best["mean_return"], "std": best["std_return"],
+                         "step": best["global_step"]}  # fmt: skip
     state["steps"] = steps
     state["reached"] = first_reached(run, thresholds(family(env_id_of(config))))
     state["curve"] = training_curve(run)
@@ -521,7 +529,11 @@ def report(results: dict, out: Path, root: Path) -> None:
         "(`docs/bench/mujoco.json`) and runs under "
         f"`{root.relative_to(ROOT) if root.is_relative_to(ROOT) else root}`. Each final policy: "
         f"deterministic evaluation of 10 episodes (`embodied-ppo eval --seed {EVAL_SEED}`); "
-        "the statistics below are over seeds of those means. Stable-Baselines3: PPO with RL "
+        "the statistics below are over seeds of those means. A config with a periodic "
+        "evaluation (trainer.eval_interval) keeps its best policy as checkpoints/best.pt, chosen "
+        "on the run's own evaluation episodes (those of its training seed, none of them the "
+        "test episodes): its `kept policy (best.pt)` row scores those policies on the same test "
+        "episodes, each seed with the step it was kept at. Stable-Baselines3: PPO with RL "
         "Baselines3 Zoo's hyperparameters for the task (its -v3 entries; Ant: PPO's defaults), "
         "same budget, same machine, same evaluation episodes.",
         "",
@@ -568,6 +580,8 @@ def report(results: dict, out: Path, root: Path) -> None:
                 f"{peers or '-'} | {peer_status(fam, rec['steps'], summary)} | "
                 f"{target_status(fam, rec['steps'], list(means.values()))} |"
             )
+            if all("kept" in r for r in ours.values()):
+                lines.append(kept_row(name, rec, group, ours, target, peers))
             for threshold in thresholds(fam):
                 hits = [r["reached"].get(str(threshold)) for r in ours.values()]
                 done = [h for h in hits if h]
@@ -611,6 +625,25 @@ def report(results: dict, out: Path, root: Path) -> None:
     lines += memory_lines(out.parent / "bench")
     lines += arm_lines(out.parent / "bench" / "arm.json", out.parent / "images")
     out.write_text("\n".join(lines) + "\n")
+
+
+def kept_row(name: str, rec: dict, group: str, ours: dict, target, peers: str) -> str:
+    """The table row of the policies a config with a periodic evaluation keeps
+    (checkpoints/best.pt), scored on the same test episodes as the final policies: the same
+    runs, so no wall time or Stable-Baselines3 of its own; each seed with the step it was
+    kept at."""
+    fam, steps = family(rec["env_id"]), rec["steps"]
+    means = {s: r["kept"]["mean"] for s, r in ours.items()}
+    summary = benchstats.summarize(means, target)
+    cell = benchstats.cells(summary)
+    each = ", ".join(f"{m:.0f} ({r['kept']['step'] / 1e6:.2f}M)"
+                     for m, r in zip(means.values(), ours.values()))  # fmt: skip
+    return (
+        f"| `{name}`, kept policy (best.pt) | {steps:,} | {group} {cell['seeds']} | "
+        f"{cell['iqm']} | {cell['median']} | {cell['worst']} | {cell['at_target']} | {each} | "
+        f"- | same runs | - | - | {peers or '-'} | {peer_status(fam, steps, summary)} | "
+        f"{target_status(fam, steps, list(means.values()))} |"
+    )
 
 
 def group_curves(name: str, group: str, rec: dict, ours: dict, out: Path, root: Path) -> list:

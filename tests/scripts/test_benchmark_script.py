@@ -569,3 +569,55 @@ def test_profile_collection_refuses_bad_input_in_one_line():
     )
     assert out.returncode != 0
     assert out.stderr.strip().count("\n") == 0 and "missing.yaml" in out.stderr
+
+
+def test_a_config_with_a_periodic_evaluation_is_also_scored_by_the_policy_it_keeps(tmp_path):
+    config = write_config(tmp_path / "tiny.yaml")
+    settings = yaml.safe_load(config.read_text().split("\n", 2)[2])
+    settings["trainer"] |= {"eval_interval": 2, "eval_episodes": 2}
+    config.write_text(yaml.safe_dump(settings))
+    root, out = tmp_path / "bench", tmp_path / "docs" / "benchmarks.md"
+    args = ["--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256"]
+    proc = run_script(*args, "--root", str(root), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((root / "results.json").read_text())["tiny_256"]["ours"]["1"]
+    run = root / "tiny_256" / "seed1"
+    kept = json.loads((run / "benchmark_eval_kept.json").read_text())
+    # best.pt scored on the same 10 test episodes as the final policy, and where it was kept.
+    assert len(kept["returns"]) == 10 and kept["checkpoint"].endswith("best.pt")
+    final = json.loads((run / "benchmark_eval.json").read_text())
+    assert final["checkpoint"].endswith("latest.pt")
+    assert record["kept"]["mean"] == pytest.approx(kept["mean_return"])
+    assert record["kept"]["step"] == kept["global_step"] in (128, 256)
+    assert "| `tiny_256`, kept policy (best.pt) | 256 | tuning 1 |" in out.read_text()
+
+
+def test_the_kept_policies_row_has_their_own_statistics_and_steps(tmp_path, monkeypatch):
+    module = load_script()
+    monkeypatch.setattr(module, "cli", lambda args: None)
+
+    def done(final: float, kept: float | None) -> dict:
+        record = {"wall_s": 60.0, "eval": {"mean": final}, "reached": {}}
+        if kept is not None:
+            record["kept"] = {"mean": kept, "std": 1.0, "step": 716_800}
+        return record
+
+    finals, kept = (467, 4000, 4100, 4200, 4300), (4696, 4000, 4100, 4200, 4300)
+    ours = {str(s): done(f, k) for s, f, k in zip(range(100, 105), finals, kept)}
+    results = {"walker2d": {"env_id": "Walker2d-v5", "steps": 1_000_000, "ours": ours, "sb3": {}}}
+    out = tmp_path / "docs" / "benchmarks.md"
+    (out.parent / "images").mkdir(parents=True)
+    module.report(results, out, tmp_path / "no_runs")
+    lines = out.read_text().splitlines()
+    final_row = next(i for i, x in enumerate(lines) if x.startswith("| `walker2d` | 1,000,000"))
+    row = lines[final_row + 1]  # right under the final policies' row, in the same table
+    assert row.startswith("| `walker2d`, kept policy (best.pt) | 1,000,000 | evaluation 100-104 |")
+    assert "| 4000 (seed 101) |" in row and "4696 (0.72M), 4000 (0.72M)" in row
+    assert "> 3589, worst >= 2871: met |" in row
+    assert "> 3589, worst >= 2871: **missed** |" in lines[final_row]  # 467 sinks the final one
+    # A record without a kept policy (a config without periodic evaluation): no such row.
+    ours["104"] = done(4300, None)
+    module.report(results, out, tmp_path / "no_runs")
+    assert "kept policy" not in "\n".join(
+        x for x in out.read_text().splitlines() if x.startswith("| `walker2d`")
+    )
