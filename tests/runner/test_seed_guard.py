@@ -45,10 +45,11 @@ def trained_return(config: str, seed: int, steps: int, tmp_path) -> float:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cartpole_learns_on_an_evaluation_seed_in_its_100k_steps(seed, tmp_path):
     """Measured: 500.0 on seed 100 and 500.0 on seed 101 (35 s each on 2 cores shared with
-    three other processes). With its early stopping (early_stop_kl 0.02) the config learns
-    more slowly than at 50k steps before it (228.4 on seed 100 at 50k), a random policy scores
-    about 20."""
-    assert trained_return("cartpole.yaml", seed, 100_000, tmp_path) >= 400.0
+    three other processes); on an AMD EPYC machine, whose float arithmetic sends the run down
+    another trajectory, 367.4 on seed 100. With its early stopping (early_stop_kl 0.02) the
+    config learns more slowly than at 50k steps before it (228.4 on seed 100 at 50k), a random
+    policy scores about 20."""
+    assert trained_return("cartpole.yaml", seed, 100_000, tmp_path) >= 250.0
 
 
 @pytest.mark.parametrize("seed", SEEDS)

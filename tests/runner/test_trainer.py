@@ -111,10 +111,16 @@ def test_checkpoint_rebuilds_the_policy(tmp_path):
     state = load_checkpoint(tmp_path)
     policy = ActorCritic(state["model_spec"])
     policy.load_state_dict(state["model"])
+    rebuilt, trained = policy.state_dict(), trainer.policy.state_dict()
+    assert rebuilt.keys() == trained.keys()
+    assert all(torch.equal(rebuilt[k], trained[k]) for k in rebuilt)  # every weight, exactly
     obs = torch.randn(5, 4)
     d1, v1 = policy(obs)
     d2, v2 = trainer.policy(obs)
-    assert torch.equal(d1.logits, d2.logits) and torch.equal(v1, v2)
+    # The same weights in other memory can take another matmul kernel (seen on AMD EPYC: the
+    # value differed in its last bit), so the outputs agree to float32 rounding.
+    torch.testing.assert_close(d1.logits, d2.logits, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(v1, v2, rtol=1e-6, atol=1e-6)
     # Statistics travel with the checkpoint: 128 steps trained on, 32 of the warm-up before.
     assert policy.obs_normalizer.count.item() == 32 + 128
 
