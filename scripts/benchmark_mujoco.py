@@ -16,7 +16,10 @@ rows) and gives, per config and set of seeds: the interquartile mean (IQM) of th
 returns with its 95% bootstrap confidence interval, the median, the worst seed, the seeds at
 the budget's target, every seed's value, wall time and steps/s, the steps and training time at
 which the training return first reached each threshold, and the learning curves: every seed's
-(`embodied-ppo plot`) and the IQM over seeds with its 95% band.
+(`embodied-ppo plot`) and the IQM over seeds with its 95% band. A config that keeps its best
+policy (`trainer.eval_interval`: checkpoints/best.pt, chosen on episodes of the run's own seed)
+has that policy scored on the same test episodes too, in a row of its own under the final
+policies' row.
 
 Every invocation continues where the last one stopped: finished runs are kept, an
 interrupted run of ours resumes from its last checkpoint
@@ -223,17 +226,11 @@ def run_ours(
         state["wall_s"] += time.perf_counter() - start
         run.mkdir(parents=True, exist_ok=True)
         state_file.write_text(json.dumps(state, indent=2) + "\n")
-    out = run / "benchmark_eval.json"
-    cli(["eval", str(run), "--episodes", str(episodes), "--seed", str(EVAL_SEED),
-         "--json", str(out)])  # fmt: skip
-    summary = json.loads(out.read_text())
+    summary = score(run, run / "benchmark_eval.json", episodes)
     state["eval"] = {"mean": summary["mean_return"], "std": summary["std_return"]}
     kept = run / "checkpoints" / "best.pt"
     if kept.is_file():  # a config with a periodic evaluation keeps its best policy: score it too
-        out = run / "benchmark_eval_kept.json"
-        cli(["eval", str(kept), "--episodes", str(episodes), "--seed", str(EVAL_SEED),
-             "--json", str(out)])  # fmt: skip
-        best = json.loads(out.read_text())
+        best = score(kept, run / "benchmark_eval_kept.json", episodes)
         state["kept"] = {"mean": best["mean_return"], "std": best["std_return"],
                          "step": best["global_step"]}  # fmt: skip
     state["steps"] = steps
@@ -241,6 +238,14 @@ def run_ours(
     state["curve"] = training_curve(run)
     state_file.write_text(json.dumps(state, indent=2) + "\n")
     return state
+
+
+def score(policy: Path, out: Path, episodes: int) -> dict:
+    """`embodied-ppo eval` of a run (its final policy) or a checkpoint on the test episodes
+    (`--seed 10000`), its JSON summary written to `out` and returned."""
+    cli(["eval", str(policy), "--episodes", str(episodes), "--seed", str(EVAL_SEED),
+         "--json", str(out)])  # fmt: skip
+    return json.loads(out.read_text())
 
 
 def cli(args: list[str]) -> None:
