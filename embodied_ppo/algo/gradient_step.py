@@ -107,6 +107,7 @@ class GradientStep:
         self.device = self.flat.device
         self._bind_params()
         self._moments: AdamState | None = None  # exp_avg, exp_avg_sq, step
+        self._lr: Tensor | None = None  # the learning rate the steps read (see `learning_rate`)
         self._moment_views: list[Tensor] = []
         self.loss = MinibatchLoss(policy, algo, reference)
         self.metric_names = self.loss.names
@@ -188,6 +189,23 @@ class GradientStep:
                     torch._dynamo.mark_static_address(t)
         assert self._moments is not None
         return self._moments
+
+    def learning_rate(self, value: float) -> Tensor:
+        """The 0-d tensor the steps read their learning rate from, set to `value`.
+
+        It is one tensor for the life of this step, filled anew each update, and marked static
+        under CUDA graphs: a graph replays from the addresses it was captured with, so a new
+        tensor per update would be copied into the graph's own input at every replay, and a graph
+        that changes such an input in place (the adaptive schedule's step, `apply`) is not
+        captured at all (torch runs it without CUDA graphs); a static input is read and written
+        where it lies."""
+        self._check_params()
+        if self._lr is None or self._lr.device != self.device:
+            self._lr = torch.zeros((), dtype=torch.float32, device=self.device)
+            if self.cudagraphs:
+                torch._dynamo.mark_static_address(self._lr)
+        self._lr.fill_(value)
+        return self._lr
 
     # ------------------------------------------------------------------ the step, in torch
     def _loss(

@@ -156,7 +156,7 @@ class PPOUpdate:
         `refresh`, where given, runs before every epoch after the first and rewrites the
         batch's values, advantages and returns in place (`refresh_advantages`)."""
         device = batch["advantages"].device
-        lr = torch.tensor(self.lr, dtype=torch.float32, device=device)
+        lr = self.step.learning_rate(self.lr)
         adam = self.step.adam_state()
         records: list[Tensor] = []  # one vector per step taken: metrics + STEP_FIELDS
         where: list[tuple[int, int]] = []  # (epoch, minibatch) of each record

@@ -241,6 +241,30 @@ def test_adaptive_schedule_moves_the_learning_rate():
     assert upd.lr == pytest.approx(1e-1)  # far below: rose until the clamp
 
 
+def test_every_update_reads_one_learning_rate_tensor(monkeypatch):
+    # A CUDA graph replays from the addresses it captured: the steps must get the same tensor
+    # at every update (filled with that update's rate), and the adaptive schedule's in-place
+    # change of it must reach the optimizer.
+    _, upd = make_updater(
+        optim_kw={"schedule": "adaptive", "desired_kl": 1e-6, "lr_min": 1e-5, "lr_max": 1e-1}
+    )
+    seen: list[tuple[torch.Tensor, float]] = []  # the tensors are kept, so no id is reused
+    step = upd.step.step
+
+    def spy(mb, weights, lr, adam):
+        seen.append((lr, float(lr)))
+        return step(mb, weights, lr, adam)
+
+    monkeypatch.setattr(upd.step, "step", spy)
+    upd.update(random_batch(), 8)
+    first = upd.lr
+    upd.set_lr(0.5)  # the schedule's value for the next update
+    upd.update(random_batch(), 8)
+    assert all(t is seen[0][0] for t, _ in seen)
+    assert seen[0][1] == pytest.approx(1e-2) and first < 1e-2  # the KL lowered it in place
+    assert seen[len(seen) // 2][1] == pytest.approx(0.5)  # refilled, not the old value
+
+
 # ----------------------------------------------------------------------------- KL loss
 
 
