@@ -89,11 +89,22 @@ def ppo_loss(
         metrics.update(
             policy_loss=policy_loss.detach(),
             entropy=ent.detach(),
-            approx_kl=agg((ratio - 1.0) - log_ratio),
+            approx_kl=agg(_approx_kl(log_ratio)),
             clipfrac=agg(clipped),
             dual_clipfrac=agg(dual_active.float()),
         )
     return loss, metrics
+
+
+def _approx_kl(log_ratio: torch.Tensor) -> torch.Tensor:
+    """(r - 1) - log r per token, exact near r = 1.
+
+    In float32 the plain difference cancels to rounding noise of +-6e-8 a token there (below
+    zero, too), which a small early_stop_kl or desired_kl would read as the policy moving.
+    expm1 alone is not enough: Inductor's vectorized CPU kernels compute it as exp(x) - 1. In
+    float64 either way leaves ~1e-16."""
+    x = log_ratio.double()
+    return (torch.expm1(x) - x).to(log_ratio.dtype)
 
 
 def explained_variance(

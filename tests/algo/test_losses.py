@@ -146,6 +146,24 @@ def test_approx_kl_metric():
     assert m["approx_kl"].item() == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_approx_kl_is_exact_for_log_probabilities_one_rounding_step_apart(compiled):
+    # A policy that has not moved, its old log-probabilities computed elsewhere (the host's
+    # inference, another GPU kernel): they differ by rounding. The estimate must stay ~0.5 x^2
+    # (1e-14 here), not the +-6e-8 a token that (r - 1) - log r in float32 cancels to, which an
+    # early_stop_kl or desired_kl of 1e-8 would read as the policy moving (or below zero).
+    # Compiled too: Inductor's CPU kernels take expm1 as exp(x) - 1.
+    old = torch.linspace(-3.0, -0.3, 64)
+    new = torch.nextafter(old, torch.zeros_like(old))  # one float32 step apart
+    zeros = torch.zeros_like(old)
+    loss = torch.compile(actor_critic_loss, fullgraph=True) if compiled else actor_critic_loss
+    _, m = loss(new, old, zeros, zeros, zeros, zeros, zeros, **KW)
+    assert m["approx_kl"].dtype == torch.float32
+    exact = 0.5 * (new.double() - old.double()).square().mean().item()
+    assert 0.0 <= m["approx_kl"].item() < 1e-12
+    assert m["approx_kl"].item() == pytest.approx(exact, rel=0.5)
+
+
 def test_explained_variance():
     target = torch.tensor([1.0, 2.0, 3.0, 4.0])
     assert explained_variance(target, target).item() == pytest.approx(1.0)
