@@ -185,6 +185,9 @@ class GradientStep:
                 # The step count is one tensor shared by every parameter (they step together).
                 state[p] = {"step": step, "exp_avg": m1, "exp_avg_sq": m2}
             if self.cudagraphs:
+                # The tensors a step writes: a CUDA graph that writes an input not marked static
+                # is not captured (torch runs it without CUDA graphs). The mark belongs to the
+                # tensor object, so the calls pass these very tensors, never an alias (`detach`).
                 for t in (self.flat, exp_avg, exp_avg_sq, step):
                     torch._dynamo.mark_static_address(t)
         assert self._moments is not None
@@ -308,7 +311,7 @@ class GradientStep:
     def grads(self, mb: tuple[Tensor, ...], weights: Tensor) -> tuple[Tensor, Tensor]:
         """Flat gradient (P,) and metrics vector of one micro-batch, with its minibatch's
         aggregation weights."""
-        grad, metrics = self._guarded(0, self.flat.detach(), mb, weights)
+        grad, metrics = self._guarded(0, self.flat, mb, weights)
         if self.cudagraphs:
             return grad.clone(), metrics.clone()
         return grad, metrics
@@ -322,7 +325,7 @@ class GradientStep:
         adam: AdamState,
     ) -> Tensor:
         """Clip `grad`, take the Adam step (or skip it); returns the STEP_FIELDS vector."""
-        out = self._guarded(1, self.flat.detach(), grad, loss, approx_kl, lr, adam)
+        out = self._guarded(1, self.flat, grad, loss, approx_kl, lr, adam)
         return out.clone() if self.cudagraphs else out
 
     def step(
@@ -333,7 +336,7 @@ class GradientStep:
         adam: AdamState,
     ) -> Tensor:
         """`grads` and `apply` of one whole minibatch in one call: metrics + STEP_FIELDS."""
-        out = self._guarded(2, self.flat.detach(), mb, weights, lr, adam)
+        out = self._guarded(2, self.flat, mb, weights, lr, adam)
         return out.clone() if self.cudagraphs else out
 
     def will_compile(self) -> bool:

@@ -265,6 +265,46 @@ def test_every_update_reads_one_learning_rate_tensor(monkeypatch):
     assert seen[len(seen) // 2][1] == pytest.approx(0.5)  # refilled, not the old value
 
 
+@pytest.mark.parametrize("micro", [8, None], ids=["grads-then-apply", "one-step"])
+def test_under_cuda_graphs_every_tensor_a_step_writes_is_marked_static(micro):
+    # A CUDA graph that writes an input not marked static is not captured at all (torch runs the
+    # step without CUDA graphs): the flat parameters, Adam's state and the learning rate must go
+    # in as the very tensors marked static. The mark is an attribute of the tensor object, so an
+    # alias such as `flat.detach()` loses it. Checked on the CPU, where the marks are the same.
+    _, upd = make_updater(
+        {"micro_batch_size": micro}, optim_kw={"schedule": "adaptive", "max_grad_norm": 0.5}
+    )
+    step = upd.step
+    step.cudagraphs = True  # what a compiled step on a GPU sets
+    calls: dict[str, list[tuple]] = {"grads": [], "apply": [], "step": []}
+
+    def spy(name, impl):
+        def call(*args):
+            calls[name].append(args)
+            return impl(*args)
+
+        return call
+
+    step.compiled = True  # the calls take the compiled path (`_guarded`), here with spies
+    step._grads, step._apply, step._step = (
+        spy(n, f) for n, f in zip(calls, step._impls, strict=True)
+    )
+    upd.update(random_batch(), 8)
+    upd.update(random_batch(), 8)
+
+    def static(t) -> bool:
+        return getattr(t, "_dynamo_static_input_type", None) is not None
+
+    used = ["grads", "apply"] if micro else ["step"]
+    assert [n for n in calls if calls[n]] == used
+    for flat, *_ in calls["grads"]:
+        assert flat is step.flat and static(flat)
+    for args in calls["apply"] + calls["step"]:
+        flat, lr, adam = args[0], args[-2], args[-1]
+        assert flat is step.flat and lr is step.learning_rate(0.0)
+        assert all(static(t) for t in (flat, lr, *adam))
+
+
 # ----------------------------------------------------------------------------- KL loss
 
 
