@@ -416,7 +416,9 @@ def run_whole(
             if args.threads is not None:
                 cmd.append(f"trainer.torch_threads={args.threads}")
             src = Path(args.baseline_src).resolve() if name == "before_whole" else ROOT
-            env["PYTHONPATH"] = str(src)
+            # src first; what the caller had on the path stays after it (packages a machine carries
+            # there, as a GPU machine without a package registry does)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
             cwd = tmp  # outside both checkouts: PYTHONPATH alone decides which code runs
         start = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)

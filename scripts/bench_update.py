@@ -200,7 +200,9 @@ def run_worker(
 ) -> dict:
     """`worker` in a fresh subprocess that imports the package from `src`."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(src)
+    # src first; what the caller had on the path stays after it (packages a machine carries
+    # there, as a GPU machine without a package registry does)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", contender, shape]
     cmd += ["--updates", str(updates), "--device", device] + (["--profile"] if profile else [])
     # Run outside both checkouts, so PYTHONPATH alone decides which code runs.

@@ -5,9 +5,10 @@
 #      compiled update under CUDA graphs against the eager one, recurrent training and resume on
 #      the GPU, a GPU-trained policy deployed on the CPU;
 #   3. one gradient step on the GPU, compiled (CUDA graphs) and eager, for the HalfCheetah,
-#      Humanoid and Go1 network shapes, and Go1's on this machine's CPU beside it;
+#      Humanoid and Go1 network shapes;
 #   4. humanoid.yaml's steady-state training steps/s with both learners on the GPU: ours beside
-#      Stable-Baselines3 (same settings), and ours with the learner on the CPU.
+#      Stable-Baselines3 (same settings);
+#   5. the same machine's CPU as the learner: Go1's gradient step and humanoid.yaml's training.
 # Every step has its own time limit, writes its log to OUT_DIR/<step>.log and prints its tail.
 #
 #     bash scripts/gpu_check.sh OUT_DIR
@@ -35,12 +36,15 @@ step machine 20 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total
     $py -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, \
     torch.cuda.get_device_name(0), torch.cuda.device_count(), \"device(s)\")'; nproc"
 # -n 4: the tests compile their own graphs; four at a time keep the GPU and the cores busy.
-TAIL=30 step cuda_tests 170 "$py" -m pytest -q -p no:cacheprovider -o addopts= -n 4 -rs \
+TAIL=30 step cuda_tests 90 "$py" -m pytest -q -p no:cacheprovider -o addopts= -n 4 -rs \
     tests/runner/test_cuda.py "tests/runner/test_trainer.py::test_cuda_training_matches_cpu"
-step update_cuda 130 "$py" scripts/bench_update.py --device cuda \
+# The compiled step's first update compiles for 16-19 s a shape on an H200 (cold cache).
+step update_cuda 180 "$py" scripts/bench_update.py --device cuda \
     --shape go1 humanoid halfcheetah --rounds 1 --updates 5
-step update_cpu 50 "$py" scripts/bench_update.py --device cpu --shape go1 --rounds 1 --updates 2
 step throughput 110 "$py" scripts/bench_throughput.py --config configs/humanoid.yaml \
     --device cuda --only ours_train sb3_train --iterations 2 --rounds 1 --sb3-threads 1
-step throughput_cpu 40 "$py" scripts/bench_throughput.py --config configs/humanoid.yaml \
+# The CPU learner on the same machine last: its first compilation (a C++ module) may not end
+# inside these limits on a cold cache; the GPU's numbers above do not wait for it.
+step update_cpu 60 "$py" scripts/bench_update.py --device cpu --shape go1 --rounds 1 --updates 2
+step throughput_cpu 80 "$py" scripts/bench_throughput.py --config configs/humanoid.yaml \
     --device cpu --only ours_train --iterations 2 --rounds 1
