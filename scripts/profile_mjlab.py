@@ -12,8 +12,8 @@ with a clock around each part:
 
 On a GPU the clock synchronizes the device around every timed call, so the parts add up to the
 iteration (the synchronizations cost a little: the whole-iteration rate is also printed
-without them). `--physics-only` times mjlab's step alone with random actions (the ceiling of
-the simulation's steps/s).
+without them). `--physics-only` times the env's step alone with random actions, the resets of
+ended episodes included (the ceiling of the simulation's steps/s).
 
     python scripts/profile_mjlab.py configs/mjlab_go1_flat.yaml
     python scripts/profile_mjlab.py configs/mjlab_go1_flat.yaml env.num_envs=1024 --iterations 5
@@ -77,18 +77,21 @@ def main() -> None:
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         n = cfg.env.num_envs
         if args.physics_only:
-            env = trainer.envs.env
-            actions = torch.randn(n, trainer.envs.info.action_dim, device=device) * 0.3
+            # The backend's step: mjlab's step, then the reset of the envs whose episode ended
+            # (mjlab refuses to step an ended env again with auto_reset off).
+            envs = trainer.envs
+            actions = torch.randn(n, envs.info.action_dim, device=device) * 0.3
             for _ in range(10):
-                env.step(actions)
+                envs.step(actions)
             steps = 24 * args.iterations
             sync()
             start = time.perf_counter()
             for _ in range(steps):
-                env.step(actions)
+                envs.step(actions)
             sync()
             seconds = time.perf_counter() - start
             print(f"{n} envs on {device}: physics alone {steps * n / seconds:,.0f} env steps/s")
+            envs.close()
             return
         trainer._iteration(_Clock())  # warm-up: kernels, statistics, compilation
         sync()

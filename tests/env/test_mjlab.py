@@ -7,6 +7,9 @@ from __future__ import annotations
 import builtins
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -263,3 +266,19 @@ def test_eval_runs_episodes_of_the_task(mjlab, tmp_path):
     summary = evaluate_command(str(run.checkpoint), episodes=2, json_path=str(tmp_path / "e.json"))
     assert summary["lengths"] and all(n <= 12 for n in summary["lengths"])
     assert "Episode_Reward/track_linear_velocity" in summary["log"]
+
+
+@pytest.mark.parametrize("mode", [["--physics-only"], []], ids=["physics-only", "split"])
+def test_profile_script_runs_past_episode_ends(mjlab, mode):
+    # Episodes of 5 steps: both modes step past many ends, which the envs must reset.
+    script = Path(__file__).resolve().parents[2] / "scripts" / "profile_mjlab.py"
+    tiny = [
+        "trainer.device=cpu", "trainer.compile=false", "env.num_envs=4",
+        "env.max_episode_steps=5", "model.hidden_sizes=[32]", "algorithm.rollout_steps=8",
+        "algorithm.minibatch_size=16", "--iterations", "1",
+    ]  # fmt: skip
+    args = [sys.executable, str(script), "configs/mjlab_go1_flat.yaml", *tiny, *mode]
+    done = subprocess.run(args, cwd=script.parents[1], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = "physics alone" if mode else "whole iteration"
+    assert expected in done.stdout
