@@ -12,6 +12,7 @@
 # Every step has its own time limit, writes its log to OUT_DIR/<step>.log and prints its tail.
 #
 #     bash scripts/gpu_check.sh OUT_DIR
+#     STEPS="machine cuda_tests" bash scripts/gpu_check.sh OUT_DIR   # only the steps named
 #
 # The package and its dependencies must be importable (pip install -e ".[bench]").
 set -u
@@ -24,6 +25,9 @@ py=${PYTHON:-python3}
 step() {
     local name=$1 limit=$2
     shift 2
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+        return 0
+    fi
     local start
     start=$(date +%s)
     echo "== $name (limit ${limit} s)"
