@@ -13,7 +13,8 @@ with a clock around each part:
 On a GPU the clock synchronizes the device around every timed call, so the parts add up to the
 iteration (the synchronizations cost a little: the whole-iteration rate is also printed
 without them). `--physics-only` times the env's step alone with random actions, the resets of
-ended episodes included (the ceiling of the simulation's steps/s).
+ended episodes included (random actions topple a legged robot, whose falls and resets cost more
+than a walking policy's steps: the physics of a task that keeps resetting, not a ceiling).
 
     python scripts/profile_mjlab.py configs/mjlab_go1_flat.yaml
     python scripts/profile_mjlab.py configs/mjlab_go1_flat.yaml env.num_envs=1024 --iterations 5
