@@ -121,10 +121,12 @@ def _restart_store(timeout: datetime.timedelta) -> dist.Store | None:
     return dist.PrefixStore(prefix, client)
 
 
-def shutdown() -> None:
-    """Leave the process group, if this process joined one."""
+def shutdown() -> bool:
+    """Leave the process group, if this process joined one; whether it had."""
     if is_initialized():
         dist.destroy_process_group()
+        return True
+    return False
 
 
 def _guard(what: str) -> contextlib.AbstractContextManager[None]:

@@ -138,3 +138,37 @@ def test_the_first_update_says_it_compiles(tmp_path):
     out = cli("train", "configs/cartpole.yaml", *args, f"trainer.run_dir={tmp_path / 'r'}")
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("compiling the update:") == 1
+
+
+class _Exited(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("in_group", "status"), [(True, 0), (True, 3), (False, 0)])
+def test_a_process_that_left_a_process_group_exits_without_finalizing(
+    monkeypatch, capsys, in_group, status
+):
+    # Python's finalization after a distributed run could abort in torch's C++ teardown: a
+    # process that left a group ends through os._exit with its status, output flushed first.
+    from embodied_ppo.app import cli
+
+    exits = []
+
+    def fake_exit(code):
+        exits.append(code)
+        raise _Exited
+
+    def fake_plot(args):
+        print("plotted")
+        return status
+
+    monkeypatch.setattr(cli.distributed, "shutdown", lambda: in_group)
+    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    monkeypatch.setattr(cli, "cmd_plot", fake_plot)
+    with pytest.raises(_Exited if in_group else SystemExit) as info:
+        cli.main(["plot", "some_run"])
+    assert capsys.readouterr().out == "plotted\n"
+    if in_group:
+        assert exits == [status]
+    else:
+        assert exits == [] and info.value.code == status
