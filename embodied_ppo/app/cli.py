@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
-def exit_without_finalizing(code: int | None) -> None:
+def exit_without_finalizing(code: int) -> None:
     """End a process that trained in a process group, its work done and its group left, without
     Python's finalization: there, torch's distributed C++ objects are torn down and, in about
     one process in fifty on 2 busy cores, one aborted (`terminate called without an active
@@ -273,4 +273,4 @@ def exit_without_finalizing(code: int | None) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+    os._exit(code)
