@@ -50,6 +50,12 @@ def check_config(cfg: Config, world: int | None = None) -> Config:
         e.max_episode_steps is None or e.max_episode_steps >= 1,
         f"env.max_episode_steps: got {e.max_episode_steps}, expected null or an integer >= 1",
     )
+    _check(
+        not e.random_episode_start or e.backend == "mjlab",
+        f"env.random_episode_start: got true with backend {e.backend!r}; it applies to the mjlab "
+        "backend, whose envs all start together (a Gymnasium backend's episodes drift apart by "
+        "themselves)",
+    )
     if e.backend == "mjlab":
         _check_mjlab(cfg)
     for name in ("clip_obs", "clip_reward"):

@@ -53,6 +53,11 @@ class EnvConfig:
         list, "Gymnasium wrappers around each env, in order (the first is innermost)"
     )
     max_episode_steps: int | None = _key(None, "time limit in steps; null: the registered one")
+    random_episode_start: bool = _key(
+        False,
+        "backend mjlab: a new run starts each env at a random step of its first episode (uniform "
+        "below the time limit), so the envs' time limits do not all fall on the same steps",
+    )
     num_envs_scope: Literal["per_process", "global"] = _key(
         "per_process", "under torchrun: num_envs per process, or in all (split evenly)"
     )

@@ -97,7 +97,22 @@ class MjlabVecEnv:
             ) from exc
         self._ep_return.zero_()
         self._ep_length.zero_()
+        if self.cfg.random_episode_start:
+            self._spread_episode_starts(seed)
         return self._obs(obs)
+
+    def _spread_episode_starts(self, seed: int) -> None:
+        """Put each env at a random step of its first episode, uniform over [0, time limit), so
+        their time limits fall on different steps (env.random_episode_start). Drawn from a
+        generator of its own (from the reset's seed), not from the global one mjlab draws from;
+        the episode statistics still count the first episodes from the reset."""
+        steps = self.env.episode_length_buf
+        generator = torch.Generator(device=steps.device).manual_seed(seed)
+        start = torch.randint(
+            0, int(self.env.max_episode_length), steps.shape,
+            generator=generator, device=steps.device, dtype=steps.dtype,
+        )  # fmt: skip
+        steps.copy_(start)
 
     def step(self, action: torch.Tensor) -> DeviceStep:
         """Step every env with `action` (N, A); reset the envs whose episode ended."""

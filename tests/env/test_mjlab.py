@@ -73,6 +73,12 @@ def test_config_checks_of_the_backend():
         mjlab_config(algorithm={"adv_type": "grpo", "group_size": 2})
     with pytest.raises(ConfigError, match=r"trainer.inference: got 'host'"):
         mjlab_config(trainer={"inference": "host"})
+    assert mjlab_config(env={"random_episode_start": True}).env.random_episode_start
+    with pytest.raises(ConfigError) as err:
+        from_dict({"env": {"id": "CartPole-v1", "random_episode_start": True}})
+    assert str(err.value).startswith(
+        "env.random_episode_start: got true with backend 'sync'; it applies to the mjlab backend"
+    ) and "\n" not in str(err.value)
 
 
 # ------------------------------------------------------------------ with mjlab installed
@@ -219,6 +225,32 @@ def test_time_outs_bootstrap_from_the_final_observation_and_falls_do_not(mjlab):
     assert "Episode_Reward/track_linear_velocity" in log and all(
         math.isfinite(v) for v in log.values()
     )
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["together", "spread"])
+def test_random_episode_start_spreads_the_first_time_limits(mjlab, spread):
+    # Zero actions hold the Go1s' default pose: no falls, every first episode ends at its time
+    # limit, 12 steps after the reset, or earlier by the random start it was given.
+    cfg = mjlab_config(env={"num_envs": 8, "random_episode_start": spread})
+    with _envs(cfg) as envs:
+        envs.reset()
+        start = envs.env.episode_length_buf.clone()
+        first_end = torch.full((8,), -1)
+        for t in range(1, 13):
+            res = envs.step(torch.zeros(8, 12))
+            assert not res.terminated.any()
+            newly = res.truncated.cpu() & (first_end < 0)
+            first_end[newly] = t
+        envs.reset()
+        again = envs.env.episode_length_buf.clone()
+    assert (first_end > 0).all(), "every env's first episode ends by the time limit"
+    if not spread:
+        assert not start.any() and (first_end == 12).all()
+        return
+    # Uniform in [0, 12): distinct steps; each first episode is the limit less its start.
+    assert start.min() >= 0 and start.max() < 12 and len(set(start.tolist())) > 1
+    assert torch.equal(first_end, 12 - start.cpu())
+    assert torch.equal(again, start), "the same seed spreads them the same way"
 
 
 def _train(run_dir, total_steps, resume=False, **blocks):
