@@ -81,6 +81,33 @@ def test_config_checks_of_the_backend():
     ) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_episode_starts_are_spread_on_the_envs_device(device):
+    # The draw alone, on a stand-in for mjlab's env (no mjlab needed): on the device of its
+    # episode counters, uniform below the time limit, the same for the same seed.
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from types import SimpleNamespace
+
+    from embodied_ppo.env.mjlab_backend import MjlabVecEnv
+
+    vec = object.__new__(MjlabVecEnv)
+    vec.env = SimpleNamespace(
+        episode_length_buf=torch.zeros(4096, dtype=torch.long, device=device),
+        max_episode_length=1000,
+    )
+    buf = vec.env.episode_length_buf
+    vec._spread_episode_starts(7)
+    first = buf.clone()
+    assert first.device.type == device and first.dtype == torch.long
+    assert first.min() >= 0 and first.max() < 1000 and len(first.unique()) > 900
+    assert 0.45 < first.float().mean().item() / 1000 < 0.55
+    vec._spread_episode_starts(7)
+    assert torch.equal(buf, first) and vec.env.episode_length_buf is buf  # written in place
+    vec._spread_episode_starts(8)
+    assert not torch.equal(buf, first)
+
+
 # ------------------------------------------------------------------ with mjlab installed
 @pytest.fixture(scope="module")
 def mjlab():
