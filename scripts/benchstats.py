@@ -242,7 +242,8 @@ def plot_bands(
         ax.fill_between(band.steps, band.low, band.high, color=line[0].get_color(), alpha=0.25)
     ax.set_xlabel("env steps")
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{title} (shaded: 95% bootstrap CI)")
+    # Two lines: a long config name and its seeds fill the plot's width by themselves.
+    ax.set_title(f"{title}\n(shaded: 95% bootstrap CI)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
