@@ -41,7 +41,7 @@ from embodied_ppo.env.mjlab_tasks import (
     space_info,
     task_config,
 )
-from embodied_ppo.env.seeding import env_seeds
+from embodied_ppo.env.seeding import env_seeds, episode_start_seed
 
 
 def mjlab_seed(seed: int, env_offset: int = 0) -> int:
@@ -104,10 +104,11 @@ class MjlabVecEnv:
     def _spread_episode_starts(self, seed: int) -> None:
         """Put each env at a random step of its first episode, uniform over [0, time limit), so
         their time limits fall on different steps (env.random_episode_start). Drawn from a
-        generator of its own (from the reset's seed), not from the global one mjlab draws from;
-        the episode statistics still count the first episodes from the reset."""
+        generator of its own, seeded from the reset's seed through a derivation of its own, so it
+        is neither the global generator mjlab draws from nor a copy of its stream; the episode
+        statistics still count the first episodes from the reset."""
         steps = self.env.episode_length_buf
-        generator = torch.Generator(device=steps.device).manual_seed(seed)
+        generator = torch.Generator(device=steps.device).manual_seed(episode_start_seed(seed))
         start = torch.randint(
             0, int(self.env.max_episode_length), steps.shape,
             generator=generator, device=steps.device, dtype=steps.dtype,

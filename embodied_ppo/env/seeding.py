@@ -41,3 +41,9 @@ def warm_up_seed(rollout_noise_seed: int) -> int:
     """Seed of the sampling noise of the warm-up before a run's first rollout, from that
     rollout's noise seed."""
     return _derive(rollout_noise_seed, 3)
+
+
+def episode_start_seed(reset_seed: int) -> int:
+    """Seed of the random first-episode steps (env.random_episode_start) of a reset with
+    `reset_seed`: a stream of its own, not the one the simulator seeds with the same integer."""
+    return _derive(reset_seed, 4)

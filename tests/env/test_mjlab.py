@@ -104,6 +104,10 @@ def test_episode_starts_are_spread_on_the_envs_device(device):
     assert 0.45 < first.float().mean().item() / 1000 < 0.55
     vec._spread_episode_starts(7)
     assert torch.equal(buf, first) and vec.env.episode_length_buf is buf  # written in place
+    # not the stream a generator seeded with the reset's seed gives (mjlab seeds torch with it)
+    plain = torch.Generator(device=device).manual_seed(7)
+    same_seed = torch.randint(0, 1000, buf.shape, generator=plain, device=device, dtype=buf.dtype)
+    assert (same_seed == first).float().mean().item() < 0.01
     vec._spread_episode_starts(8)
     assert not torch.equal(buf, first)
 
