@@ -621,3 +621,21 @@ def test_the_kept_policies_row_has_their_own_statistics_and_steps(tmp_path, monk
     assert "kept policy" not in "\n".join(
         x for x in out.read_text().splitlines() if x.startswith("| `walker2d`")
     )
+
+
+def test_the_committed_report_holds_every_recorded_configs_current_header():
+    # docs/benchmarks.md quotes each config's header; a header edited without regenerating
+    # the report (`benchmark_mujoco.py --report-only`) leaves the page saying what the config
+    # no longer says.
+    bench = load_script()
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    results = json.loads((ROOT / "docs" / "bench" / "mujoco.json").read_text())
+    configs = {rec["config"] for rec in results.values() if "config" in rec}
+    assert configs, "no config recorded in docs/bench/mujoco.json"
+    for config in sorted(configs):
+        header = bench.header_comment(ROOT / config)
+        assert header, f"{config} has no header"
+        assert f"### `{config}`\n\n{header}\n" in page, (
+            f"docs/benchmarks.md does not hold {config}'s current header: "
+            "run `python scripts/benchmark_mujoco.py --report-only`"
+        )
