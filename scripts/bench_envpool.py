@@ -45,7 +45,7 @@ def measure(contender: str, env_id: str, num_envs: int, steps: int) -> tuple[flo
 
     sys.path.insert(0, str(ROOT))
     from embodied_ppo.config.building import from_dict
-    from embodied_ppo.env import make_env
+    from embodied_ppo.vecenv import make_env
 
     backend = contender.split("_")[0]
     threads = 2 if contender == "sync_threads" else 1

@@ -174,7 +174,7 @@ def raw_rollouts(s: dict, iterations: int, collector=None):
     import numpy as np
 
     from embodied_ppo.config.schema import EnvConfig
-    from embodied_ppo.env import make_env
+    from embodied_ppo.vecenv import make_env
 
     env_cfg = EnvConfig(
         id=s["env"],

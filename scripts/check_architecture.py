@@ -5,7 +5,7 @@ no module over the size limit, a docstring on every public function and class.
     python scripts/check_architecture.py --graph    # also print the layer-to-layer imports
 
 The layers, from the bottom (docs/design.md, "The layers"): core, config, model and io (beside
-each other), env, algo, runner, app. The test suite runs this check (tests/test_architecture.py).
+each other), vecenv, algo, runner, app. The test suite runs this check (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "config": frozenset({"core"}),
     "model": frozenset({"core"}),
     "io": frozenset({"core", "config"}),
-    "env": frozenset({"core", "config", "io"}),
+    "vecenv": frozenset({"core", "config", "io"}),
     "algo": frozenset({"core", "config", "model"}),
-    "runner": frozenset({"core", "config", "model", "io", "env", "algo"}),
-    "app": frozenset({"core", "config", "model", "io", "env", "algo", "runner"}),
+    "runner": frozenset({"core", "config", "model", "io", "vecenv", "algo"}),
+    "app": frozenset({"core", "config", "model", "io", "vecenv", "algo", "runner"}),
 }
 # The package's own top-level modules: `__init__` (the lazy public API) and `__main__`.
 TOP = {"__init__": frozenset(ALLOWED), "__main__": frozenset({"app"})}

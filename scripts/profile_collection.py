@@ -74,9 +74,9 @@ def main() -> None:
 
     from embodied_ppo.config.loading import load_config
     from embodied_ppo.core.errors import UserError
-    from embodied_ppo.env import shared, workers
-    from embodied_ppo.env.workers import ProcessVectorEnv
     from embodied_ppo.runner.trainer import Trainer
+    from embodied_ppo.vecenv import shared, workers
+    from embodied_ppo.vecenv.workers import ProcessVectorEnv
 
     if args.pipes:
         shared.can_spin = workers.can_spin = lambda processes, threads: False

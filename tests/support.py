@@ -11,12 +11,12 @@ from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import PPOUpdate, make_optimizer
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
-from embodied_ppo.env.gym_backend import GymnasiumVecEnv
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.build import policy_spec
 from embodied_ppo.runner.collector import Collector, CollectorSettings
 from embodied_ppo.runner.preflight import inference_path
+from embodied_ppo.vecenv.gym_backend import GymnasiumVecEnv
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 

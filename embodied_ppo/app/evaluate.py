@@ -18,7 +18,6 @@ from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
 from embodied_ppo.core.types import ConfigDict, ConfigValue, JSONDict, JSONValue
 from embodied_ppo.core.version import __version__
-from embodied_ppo.env.preflight import check_env
 from embodied_ppo.io.checkpoint import read_checkpoint
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.io.render import configure_headless_gl
@@ -33,6 +32,7 @@ from embodied_ppo.runner.episodes import (
     stochastic_action,
 )
 from embodied_ppo.runner.preflight import resolve_device
+from embodied_ppo.vecenv.preflight import check_env
 
 
 # ------------------------------------------------------------------------------------ eval command

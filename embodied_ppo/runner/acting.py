@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from embodied_ppo.core.obs import map_obs, obs_rows
-from embodied_ppo.env.spaces import Obs
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.snapshot import NumpyPolicy, SnapshotMismatch
+from embodied_ppo.vecenv.spaces import Obs
 
 # Rows per forward pass when a separate critic values a whole rollout after it.
 VALUE_BATCH_ROWS = 4096

@@ -17,9 +17,6 @@ from embodied_ppo.core.errors import CheckpointError
 from embodied_ppo.core.system import usable_cores
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState, Reduce
-from embodied_ppo.env.device_protocol import DeviceVecEnv
-from embodied_ppo.env.protocol import VecEnv
-from embodied_ppo.env.spaces import SpaceInfo
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.encoders import CNNSpec
@@ -29,6 +26,9 @@ from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.collector import Collector, CollectorSettings
 from embodied_ppo.runner.device_collector import DeviceCollector
 from embodied_ppo.runner.preflight import inference_path
+from embodied_ppo.vecenv.device_protocol import DeviceVecEnv
+from embodied_ppo.vecenv.protocol import VecEnv
+from embodied_ppo.vecenv.spaces import SpaceInfo
 
 
 def policy_spec(cfg: Config, info: SpaceInfo) -> PolicySpec:

@@ -16,13 +16,13 @@ import torch
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.core.obs import map_obs, set_obs
 from embodied_ppo.core.types import CheckpointState, Reduce
-from embodied_ppo.env.protocol import StepResult, VecEnv
-from embodied_ppo.env.seeding import warm_up_seed
-from embodied_ppo.env.spaces import Obs
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.acting import VALUE_BATCH_ROWS, Acting, rollout_noise
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.staging import Staging
+from embodied_ppo.vecenv.protocol import StepResult, VecEnv
+from embodied_ppo.vecenv.seeding import warm_up_seed
+from embodied_ppo.vecenv.spaces import Obs
 
 
 @dataclass

@@ -20,11 +20,11 @@ import torch
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.env.device_protocol import DeviceObs, DeviceStep, DeviceVecEnv
-from embodied_ppo.env.seeding import warm_up_seed
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.collector import CollectorSettings, RolloutStats
+from embodied_ppo.vecenv.device_protocol import DeviceObs, DeviceStep, DeviceVecEnv
+from embodied_ppo.vecenv.seeding import warm_up_seed
 
 # A truncation's final observations: (step t, (N,) bool rows truncated at t, observations).
 Final = tuple[int, torch.Tensor, DeviceObs]

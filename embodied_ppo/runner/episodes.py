@@ -14,15 +14,15 @@ from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import ConfigError, RenderError
 from embodied_ppo.core.obs import map_obs
 from embodied_ppo.core.text import first_line
-from embodied_ppo.env.make import make_one
-from embodied_ppo.env.preflight import check_id
-from embodied_ppo.env.protocol import episode_log
-from embodied_ppo.env.seeding import env_seeds
-from embodied_ppo.env.spaces import Obs, describe_spaces, obs_cast
 from embodied_ppo.io.render import GLChoice, configure_headless_gl, has_display
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.distributions import DiagGaussian, Distribution
 from embodied_ppo.model.inference import InferenceNet, initial_state, is_recurrent
+from embodied_ppo.vecenv.make import make_one
+from embodied_ppo.vecenv.preflight import check_id
+from embodied_ppo.vecenv.protocol import episode_log
+from embodied_ppo.vecenv.seeding import env_seeds
+from embodied_ppo.vecenv.spaces import Obs, describe_spaces, obs_cast
 
 # Evaluation envs draw their seeds from global env indices no training env uses (training envs
 # take indices 0..num_envs-1, times ranks), so evaluation episodes never repeat training ones.

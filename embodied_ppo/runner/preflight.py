@@ -9,10 +9,10 @@ import torch
 
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError
-from embodied_ppo.env.preflight import check_env, check_episodic
-from embodied_ppo.env.spaces import SpaceInfo
 from embodied_ppo.model.encoders import CNNSpec, cnn_output_size
 from embodied_ppo.model.snapshot import unsupported_part
+from embodied_ppo.vecenv.preflight import check_env, check_episodic
+from embodied_ppo.vecenv.spaces import SpaceInfo
 
 
 def check_policy(cfg: Config, info: SpaceInfo) -> None:

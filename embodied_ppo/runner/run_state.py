@@ -21,7 +21,6 @@ from embodied_ppo.core.errors import CheckpointError, TrainingError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.core.version import __version__
-from embodied_ppo.env.seeding import env_seeds
 from embodied_ppo.io.checkpoint import (
     checkpoints_dir,
     prune_checkpoints,
@@ -34,6 +33,7 @@ from embodied_ppo.model.spec import PolicySpec
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.collector import Collector
 from embodied_ppo.runner.device_collector import DeviceCollector
+from embodied_ppo.vecenv.seeding import env_seeds
 
 
 class RunState:

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from embodied_ppo.core.obs import map_obs
-from embodied_ppo.env.spaces import Obs, SpaceInfo, obs_zeros
 from embodied_ppo.runner.buffer import RolloutBuffer
+from embodied_ppo.vecenv.spaces import Obs, SpaceInfo, obs_zeros
 
 
 class Staging:

@@ -31,8 +31,6 @@ from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.system import default_threads
 from embodied_ppo.core.text import Discard
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.env import make_env
-from embodied_ppo.env.seeding import env_seeds, group_seeds, noise_seed
 from embodied_ppo.io.metrics import MetricsLogger
 from embodied_ppo.io.progress import Progress, eval_line
 from embodied_ppo.io.rng import seed_everything
@@ -54,6 +52,8 @@ from embodied_ppo.runner.evaluator import PeriodicEvaluator
 from embodied_ppo.runner.preflight import check_policy, resolve_device
 from embodied_ppo.runner.run_state import RunState
 from embodied_ppo.runner.scalars import IterationTiming, iteration_scalars
+from embodied_ppo.vecenv import make_env
+from embodied_ppo.vecenv.seeding import env_seeds, group_seeds, noise_seed
 
 
 class Trainer(RunState):

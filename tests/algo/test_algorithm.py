@@ -24,11 +24,11 @@ from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import PPOUpdate, make_optimizer
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig, with_values
 from embodied_ppo.core.errors import CheckpointError, ConfigError
-from embodied_ppo.env.seeding import group_seeds
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.distributions import Categorical, DiagGaussian
 from embodied_ppo.runner.trainer import Trainer
+from embodied_ppo.vecenv.seeding import group_seeds
 
 # ----------------------------------------------------------------------------- estimators
 

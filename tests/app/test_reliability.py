@@ -22,7 +22,6 @@ from support import ROOT
 
 from embodied_ppo.app import cli
 from embodied_ppo.core.errors import TrainingError
-from embodied_ppo.env.seeding import env_seeds
 from embodied_ppo.io.checkpoint import (
     FORMAT,
     load_checkpoint,
@@ -31,6 +30,7 @@ from embodied_ppo.io.checkpoint import (
 )
 from embodied_ppo.io.metrics import trim_metrics
 from embodied_ppo.runner.trainer import Trainer
+from embodied_ppo.vecenv.seeding import env_seeds
 
 # ----------------------------------------------------------------------- SIGKILL mid-write
 # A child that writes checkpoints with a 16 MB tensor in a loop. When told to, it stops inside
@@ -166,7 +166,7 @@ if "EmbodiedPPOTestFaulty-v0" not in gym.registry:
 def pipes(monkeypatch, on: bool) -> None:
     """Env processes step by message instead of by doorbell (where `on`)."""
     if on:
-        from embodied_ppo.env import workers
+        from embodied_ppo.vecenv import workers
 
         monkeypatch.setattr(workers, "can_spin", lambda processes, threads: False)
 

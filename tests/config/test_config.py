@@ -186,8 +186,8 @@ CONFIGS = ROOT / "configs"
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_every_committed_config_is_valid_for_its_env(name):
     from embodied_ppo.config.loading import load_config
-    from embodied_ppo.env.preflight import check_env
     from embodied_ppo.runner.preflight import check_policy
+    from embodied_ppo.vecenv.preflight import check_env
 
     cfg = load_config(CONFIGS / name)
     if cfg.env.backend == "mjlab":

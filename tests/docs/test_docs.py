@@ -195,7 +195,7 @@ def test_every_cited_function_and_test_exists(page):
 
 @pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
 def test_every_file_a_page_names_exists(page):
-    """A repository path written in code (`embodied_ppo/env/state.py`) names a file or folder
+    """A repository path written in code (`embodied_ppo/vecenv/state.py`) names a file or folder
     of the repository: a page is not left behind when code moves."""
     text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
     roots = ("embodied_ppo/", "envs/", "tests/", "scripts/", "configs/", "docs/")

@@ -15,7 +15,7 @@ from embodied_ppo_envs.quadruped import ACTION_SCALE, STAND
 from embodied_ppo_envs.sim2real import ActionDelay, DomainRandomization, ObservationNoise
 from gymnasium import spaces
 
-from embodied_ppo.env.state import capture_env, from_checkpoint, restore_env, to_checkpoint
+from embodied_ppo.vecenv.state import capture_env, from_checkpoint, restore_env, to_checkpoint
 
 FLAT = "EmbodiedPPO/QuadrupedFlat-v0"
 

@@ -11,10 +11,10 @@ from support import ROOT
 
 from embodied_ppo.config.loading import load_config
 from embodied_ppo.config.schema import with_values
-from embodied_ppo.env.gym_backend import GymnasiumVecEnv as VecEnv
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.trainer import Trainer
+from embodied_ppo.vecenv.gym_backend import GymnasiumVecEnv as VecEnv
 
 CONFIGS = ROOT / "configs"
 

@@ -12,15 +12,15 @@ import torch
 from conftest import tiny_config
 from gymnasium import spaces
 
-from embodied_ppo.env.state import (
+from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.runner.trainer import Trainer
+from embodied_ppo.vecenv.state import (
     NotCapturable,
     capture_env,
     from_checkpoint,
     restore_env,
     to_checkpoint,
 )
-from embodied_ppo.io.checkpoint import load_checkpoint
-from embodied_ppo.runner.trainer import Trainer
 
 # Keys of metrics.jsonl that measure wall time, not what was computed.
 TIMING = {"time", "charts/SPS", "charts/collect_time", "charts/update_time"}

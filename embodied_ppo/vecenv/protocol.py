@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.env.spaces import Obs, SpaceInfo
+from embodied_ppo.vecenv.spaces import Obs, SpaceInfo
 
 
 @dataclass

@@ -16,8 +16,8 @@ import gymnasium as gym
 import numpy as np
 
 from embodied_ppo.core.obs import set_obs as obs_set
-from embodied_ppo.env.serial import SerialVectorEnv
-from embodied_ppo.env.shared import (
+from embodied_ppo.vecenv.serial import SerialVectorEnv
+from embodied_ppo.vecenv.shared import (
     CMD,
     DONE,
     FAILED,

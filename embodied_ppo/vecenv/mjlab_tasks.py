@@ -26,7 +26,7 @@ import torch
 from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.text import first_line
-from embodied_ppo.env.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
+from embodied_ppo.vecenv.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
 
 INSTALL_HINT = "env.backend: 'mjlab' needs the mjlab package: pip install 'embodied-ppo[mjlab]'"
 

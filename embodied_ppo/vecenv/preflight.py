@@ -12,10 +12,10 @@ import gymnasium as gym
 from embodied_ppo.config.schema import CRITIC_FREE, Config, EnvConfig
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.text import first_line
-from embodied_ppo.env import mjlab_tasks
-from embodied_ppo.env.envpool_plan import plan
-from embodied_ppo.env.make import OWN_TASKS, episode_limit, make_one, resolve_wrapper
-from embodied_ppo.env.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
+from embodied_ppo.vecenv import mjlab_tasks
+from embodied_ppo.vecenv.envpool_plan import plan
+from embodied_ppo.vecenv.make import OWN_TASKS, episode_limit, make_one, resolve_wrapper
+from embodied_ppo.vecenv.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
 
 
 # ------------------------------------------------------------------ checks that need the env

@@ -20,8 +20,8 @@ from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.system import usable_cores
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import ConfigValue
-from embodied_ppo.env.make import episode_limit, make_one
-from embodied_ppo.env.spaces import SpaceInfo, describe_spaces
+from embodied_ppo.vecenv.make import episode_limit, make_one
+from embodied_ppo.vecenv.spaces import SpaceInfo, describe_spaces
 
 INSTALL_HINT = (
     "env.backend: 'envpool' needs the envpool package: pip install 'embodied-ppo[envpool]'"

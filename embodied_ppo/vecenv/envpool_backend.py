@@ -39,10 +39,10 @@ import torch
 from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.env.envpool_plan import _NO_LIMIT, _import_envpool, default_threads, plan
-from embodied_ppo.env.protocol import StepResult, step_result
-from embodied_ppo.env.seeding import env_seeds
-from embodied_ppo.env.spaces import SpaceInfo
+from embodied_ppo.vecenv.envpool_plan import _NO_LIMIT, _import_envpool, default_threads, plan
+from embodied_ppo.vecenv.protocol import StepResult, step_result
+from embodied_ppo.vecenv.seeding import env_seeds
+from embodied_ppo.vecenv.spaces import SpaceInfo
 
 
 def _int32_seeds(seeds: list[int]) -> list[int]:

@@ -16,8 +16,8 @@ from conftest import TINY, tiny_config
 from support import ROOT
 
 from embodied_ppo.config.schema import WrapperConfig
-from embodied_ppo.env.make import make_one
 from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.vecenv.make import make_one
 
 ROBOT = '''
 """A user's own env module: registers MyRobot-v0 when imported."""

@@ -31,9 +31,9 @@ from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.env import mjlab_state
-from embodied_ppo.env.device_protocol import DeviceObs, DeviceStep
-from embodied_ppo.env.mjlab_tasks import (
+from embodied_ppo.vecenv import mjlab_state
+from embodied_ppo.vecenv.device_protocol import DeviceObs, DeviceStep
+from embodied_ppo.vecenv.mjlab_tasks import (
     build,
     is_out_of_memory,
     memory_error,
@@ -41,7 +41,7 @@ from embodied_ppo.env.mjlab_tasks import (
     space_info,
     task_config,
 )
-from embodied_ppo.env.seeding import env_seeds, episode_start_seed
+from embodied_ppo.vecenv.seeding import env_seeds, episode_start_seed
 
 
 def mjlab_seed(seed: int, env_offset: int = 0) -> int:

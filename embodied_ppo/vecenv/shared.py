@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from embodied_ppo.core.system import usable_cores
-from embodied_ppo.env.spaces import Obs
+from embodied_ppo.vecenv.spaces import Obs
 
 
 class SharedArrays:

@@ -27,14 +27,14 @@ from embodied_ppo.core.obs import map_obs as obs_map
 from embodied_ppo.core.obs import set_obs as obs_set
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.env.make import import_env_modules, make_one
-from embodied_ppo.env.protocol import StepResult, step_result
-from embodied_ppo.env.seeding import env_seeds
-from embodied_ppo.env.serial import SerialVectorEnv
-from embodied_ppo.env.spaces import Obs, describe_spaces, finite_rows, obs_cast
-from embodied_ppo.env.state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
-from embodied_ppo.env.workers import ProcessVectorEnv, WorkerDied, worker_context
 from embodied_ppo.io.render import gl_failure_hint
+from embodied_ppo.vecenv.make import import_env_modules, make_one
+from embodied_ppo.vecenv.protocol import StepResult, step_result
+from embodied_ppo.vecenv.seeding import env_seeds
+from embodied_ppo.vecenv.serial import SerialVectorEnv
+from embodied_ppo.vecenv.spaces import Obs, describe_spaces, finite_rows, obs_cast
+from embodied_ppo.vecenv.state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
+from embodied_ppo.vecenv.workers import ProcessVectorEnv, WorkerDied, worker_context
 
 
 def _member_logs(log: object, num_envs: int) -> Sequence[object]:

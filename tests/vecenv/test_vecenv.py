@@ -13,14 +13,14 @@ from support import ROOT
 from toy_envs import register
 
 from embodied_ppo.core.errors import ConfigError, TrainingError
-from embodied_ppo.env import make_env
-from embodied_ppo.env.gym_backend import GymnasiumVecEnv as VecEnv
-from embodied_ppo.env.make import make_one
-from embodied_ppo.env.preflight import check_env, check_env_id
-from embodied_ppo.env.seeding import env_seeds, group_seeds, noise_seed
-from embodied_ppo.env.serial import SerialVectorEnv, group_bounds
-from embodied_ppo.env.state import TrackedEnv
-from embodied_ppo.env.workers import ProcessVectorEnv
+from embodied_ppo.vecenv import make_env
+from embodied_ppo.vecenv.gym_backend import GymnasiumVecEnv as VecEnv
+from embodied_ppo.vecenv.make import make_one
+from embodied_ppo.vecenv.preflight import check_env, check_env_id
+from embodied_ppo.vecenv.seeding import env_seeds, group_seeds, noise_seed
+from embodied_ppo.vecenv.serial import SerialVectorEnv, group_bounds
+from embodied_ppo.vecenv.state import TrackedEnv
+from embodied_ppo.vecenv.workers import ProcessVectorEnv
 
 
 def test_unknown_env_id_suggests_close_matches():
@@ -234,7 +234,7 @@ def test_doorbell_steps_reach_workers_past_their_spin_and_wait_past_this_ones(mo
     # No spinning at all: every wait, the worker's for a step and this process's for its
     # reply, is the sleeping one (the counter looked at between polls of the pipe). With
     # pauses between steps the workers are asleep when each step is rung.
-    from embodied_ppo.env import workers
+    from embodied_ppo.vecenv import workers
 
     monkeypatch.setattr(workers, "WAIT_SPIN_SECONDS", 0.0)
     fns = [lambda: gym.make("CartPole-v1", max_episode_steps=9) for _ in range(4)]
@@ -247,7 +247,7 @@ def test_doorbell_steps_reach_workers_past_their_spin_and_wait_past_this_ones(mo
 
 
 def test_doorbells_only_where_every_thread_has_a_core_on_x86(monkeypatch):
-    from embodied_ppo.env import shared, workers
+    from embodied_ppo.vecenv import shared, workers
 
     monkeypatch.setattr(shared.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     monkeypatch.setattr(shared.platform, "machine", lambda: "x86_64")
@@ -265,7 +265,7 @@ def test_doorbells_only_where_every_thread_has_a_core_on_x86(monkeypatch):
 def test_envs_split_over_processes_carry_dict_observations_and_success(doorbell, monkeypatch):
     from toy_envs import register_dict
 
-    from embodied_ppo.env import workers
+    from embodied_ppo.vecenv import workers
 
     monkeypatch.setattr(workers, "can_spin", lambda processes, threads: doorbell)
     env = {"num_envs": 4, "max_episode_steps": 7}
@@ -303,7 +303,7 @@ def test_a_process_that_never_closes_its_env_workers_still_exits_and_ends_them(d
 
     code = (
         "import gymnasium as gym\n"
-        "from embodied_ppo.env.workers import ProcessVectorEnv\n"
+        "from embodied_ppo.vecenv.workers import ProcessVectorEnv\n"
         "v = ProcessVectorEnv([lambda: gym.make('CartPole-v1') for _ in range(4)], 3, "
         f"doorbell={doorbell})\n"
         "v.reset(seed=[1, 2, 3, 4])\n"
@@ -333,7 +333,7 @@ def test_episode_logs_of_ended_episodes_reach_the_step_result(
 ):
     from toy_envs import register_log
 
-    from embodied_ppo.env import workers
+    from embodied_ppo.vecenv import workers
 
     if doorbell is not None:
         monkeypatch.setattr(workers, "can_spin", lambda processes, threads: doorbell)

@@ -50,8 +50,8 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from embodied_ppo.core.obs import map_obs
-from embodied_ppo.env.serial import Ended, SerialVectorEnv, VectorStep, ended_info, group_bounds
-from embodied_ppo.env.shared import (
+from embodied_ppo.vecenv.serial import Ended, SerialVectorEnv, VectorStep, ended_info, group_bounds
+from embodied_ppo.vecenv.shared import (
     CMD,
     DONE,
     FAILED,
@@ -63,8 +63,8 @@ from embodied_ppo.env.shared import (
     can_spin,
     doorbell_action,
 )
-from embodied_ppo.env.spaces import Obs
-from embodied_ppo.env.worker_loop import Portable, serve
+from embodied_ppo.vecenv.spaces import Obs
+from embodied_ppo.vecenv.worker_loop import Portable, serve
 
 T = TypeVar("T")
 
@@ -74,7 +74,7 @@ Message = tuple[str, object] | None
 
 # What the forkserver imports once, so that each worker it forks starts with them: the main
 # module (multiprocessing's default) and the modules a worker and the package's env factories use.
-_PRELOAD = ["__main__", "embodied_ppo.env.worker_loop", "embodied_ppo.env.gym_backend"]
+_PRELOAD = ["__main__", "embodied_ppo.vecenv.worker_loop", "embodied_ppo.vecenv.gym_backend"]
 
 
 def worker_context(method: str | None = None) -> BaseContext:

@@ -17,7 +17,7 @@ from gymnasium.vector.utils import batch_space, create_empty_array
 
 from embodied_ppo.core.obs import map_obs as obs_map
 from embodied_ppo.core.obs import set_obs as obs_set
-from embodied_ppo.env.spaces import Obs
+from embodied_ppo.vecenv.spaces import Obs
 
 # An ended episode of a vector step: (member index, final observation, final is_success or None,
 # final info["log"] or None); the last two as the env reported them, whatever their type.

@@ -9,7 +9,7 @@ from typing import Protocol
 import torch
 
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.env.spaces import SpaceInfo
+from embodied_ppo.vecenv.spaces import SpaceInfo
 
 # An observation batch on the device: one tensor per key of a Dict observation (N, D).
 DeviceObs = dict[str, torch.Tensor]

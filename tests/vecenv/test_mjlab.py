@@ -89,7 +89,7 @@ def test_episode_starts_are_spread_on_the_envs_device(device):
         pytest.skip("needs CUDA")
     from types import SimpleNamespace
 
-    from embodied_ppo.env.mjlab_backend import MjlabVecEnv
+    from embodied_ppo.vecenv.mjlab_backend import MjlabVecEnv
 
     vec = object.__new__(MjlabVecEnv)
     vec.env = SimpleNamespace(
@@ -119,13 +119,13 @@ def mjlab():
 
 
 def _envs(cfg, seed=0):
-    from embodied_ppo.env import make_env
+    from embodied_ppo.vecenv import make_env
 
     return make_env(cfg.env, seed, device=torch.device("cpu"))
 
 
 def test_protocol_spaces_and_device_tensors(mjlab):
-    from embodied_ppo.env.preflight import check_env
+    from embodied_ppo.vecenv.preflight import check_env
 
     cfg = mjlab_config()
     info = check_env(cfg)
@@ -178,7 +178,7 @@ def test_bad_input_is_one_line_naming_the_key(mjlab, blocks, message):
 
 
 def test_too_many_envs_for_the_device_memory(mjlab, monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr("embodied_ppo.env.mjlab_tasks.free_memory", lambda device: 2**30)
+    monkeypatch.setattr("embodied_ppo.vecenv.mjlab_tasks.free_memory", lambda device: 2**30)
     config = tmp_path / "go1.yaml"
     config.write_text(
         f"env: {{id: {TASK}, backend: mjlab, num_envs: 10000000}}\n"

@@ -17,9 +17,9 @@ from conftest import tiny_config
 
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError, TrainingError
-from embodied_ppo.env import make_env
-from embodied_ppo.env.gym_backend import GymnasiumVecEnv as VecEnv
-from embodied_ppo.env.preflight import check_env
+from embodied_ppo.vecenv import make_env
+from embodied_ppo.vecenv.gym_backend import GymnasiumVecEnv as VecEnv
+from embodied_ppo.vecenv.preflight import check_env
 
 
 @pytest.fixture

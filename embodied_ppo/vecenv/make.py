@@ -9,8 +9,8 @@ import warnings
 import gymnasium as gym
 
 from embodied_ppo.config.schema import EnvConfig
-from embodied_ppo.env.mjlab_single import MjlabSingleEnv
 from embodied_ppo.io.render import configure_headless_gl
+from embodied_ppo.vecenv.mjlab_single import MjlabSingleEnv
 
 
 def episode_limit(cfg: EnvConfig) -> int | None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import torch
 
 from embodied_ppo.config.schema import EnvConfig
-from embodied_ppo.env.device_protocol import DeviceStep, DeviceVecEnv
-from embodied_ppo.env.envpool_backend import EnvPoolVecEnv
-from embodied_ppo.env.gym_backend import GymnasiumVecEnv
-from embodied_ppo.env.mjlab_backend import MjlabVecEnv
-from embodied_ppo.env.protocol import StepResult, VecEnv
-from embodied_ppo.env.seeding import env_seeds, group_seeds, noise_seed
-from embodied_ppo.env.spaces import SpaceInfo, describe_spaces
+from embodied_ppo.vecenv.device_protocol import DeviceStep, DeviceVecEnv
+from embodied_ppo.vecenv.envpool_backend import EnvPoolVecEnv
+from embodied_ppo.vecenv.gym_backend import GymnasiumVecEnv
+from embodied_ppo.vecenv.mjlab_backend import MjlabVecEnv
+from embodied_ppo.vecenv.protocol import StepResult, VecEnv
+from embodied_ppo.vecenv.seeding import env_seeds, group_seeds, noise_seed
+from embodied_ppo.vecenv.spaces import SpaceInfo, describe_spaces
 
 __all__ = [
     "DeviceStep",

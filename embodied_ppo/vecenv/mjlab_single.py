@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from embodied_ppo.config.schema import EnvConfig
-from embodied_ppo.env.mjlab_tasks import build, gym_spaces, quietly, task_config
+from embodied_ppo.vecenv.mjlab_tasks import build, gym_spaces, quietly, task_config
 
 
 class MjlabSingleEnv(gym.Env):
