@@ -231,11 +231,13 @@ class ActorCritic(nn.Module):
         if not self.is_gaussian:
             return Categorical(out)
         if self.state_dependent_std:
-            # Clamped forward, straight through backward: a head pushed past a bound still
-            # gets the gradient that brings it back (the log-std parameter is put back at the
-            # bound by the gradient step instead).
+            # Clamped forward, straight through backward: the gradient reaches the head
+            # unchanged (1 per unit) inside the bounds and beyond them, so a head pushed past a
+            # bound still gets the gradient that brings it back (the log-std parameter is put
+            # back at the bound by the gradient step instead). The clamp's value carries no
+            # gradient of its own; `raw - raw.detach()` is exactly 0 forward and carries it.
             raw = self.log_std_head(actor_feat)
-            log_std = raw.clamp(LOG_STD_MIN, LOG_STD_MAX) + (raw - raw.detach())
+            log_std = raw.clamp(LOG_STD_MIN, LOG_STD_MAX).detach() + (raw - raw.detach())
         else:
             log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         return DiagGaussian(out, log_std)

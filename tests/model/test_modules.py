@@ -178,3 +178,76 @@ def test_chunked_act_with_shared_noise_is_identical():
     parts = [ac.act(obs[i : i + 3], noise[i : i + 3]) for i in range(0, 10, 3)]
     for whole, chunks in zip(full, zip(*parts)):
         assert torch.allclose(whole, torch.cat(chunks), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "bias",
+    [
+        pytest.param([0.0, 0.0, 0.0], id="inside"),  # where a freshly built head starts
+        pytest.param([2.5, 2.5, 2.5], id="above"),
+        pytest.param([-14.7, -14.7, -14.7], id="below"),
+        pytest.param([0.5, 2.5, -9.0], id="mixed"),
+    ],
+)
+def test_the_state_dependent_std_is_a_straight_through_clamp(bias):
+    """The head's log-std is clamped forward and passes its gradient unchanged backward, inside
+    the bounds as beyond them: d(log_std)/d(raw) = 1 everywhere. The reference is the chain rule
+    by hand: for an upstream gradient G (B, A) and the head's input features F (B, H), the
+    head's bias gets G.sum(0) and its weight G^T F."""
+    from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
+
+    torch.manual_seed(0)
+    policy = ActorCritic(spec("gaussian", state_dependent_std=True))
+    obs = torch.randn(8, 5)
+    with torch.no_grad():
+        policy.log_std_head.weight.mul_(10.0)  # rows spread around the bias
+        policy.log_std_head.bias.copy_(torch.tensor(bias))
+    features = policy.actor_backbone(policy.normalize(obs)).detach()  # (8, 16)
+    raw = policy.log_std_head(features).detach()  # (8, 3)
+    dist, _ = policy(obs)
+    assert torch.equal(dist.log_std, raw.clamp(LOG_STD_MIN, LOG_STD_MAX))  # clamped forward
+    upstream = torch.randn(8, 3)
+    (dist.log_std * upstream).sum().backward()
+    assert torch.allclose(policy.log_std_head.bias.grad, upstream.sum(0), atol=1e-6)
+    assert torch.allclose(policy.log_std_head.weight.grad, upstream.T @ features, atol=1e-5)
+
+
+def test_the_state_dependent_std_gradient_is_one_per_row_at_the_head_a_user_builds():
+    """The new user's check: a head with weight and bias 0 (log-std 0, inside the bounds),
+    8 rows, `log_std.sum().backward()`: the bias gets 8 per unit (1 per row), not 16."""
+    policy = ActorCritic(spec("gaussian", state_dependent_std=True))
+    with torch.no_grad():
+        policy.log_std_head.weight.zero_()
+        policy.log_std_head.bias.zero_()
+    dist, _ = policy(torch.randn(8, 5))
+    dist.log_std.sum().backward()
+    assert torch.equal(policy.log_std_head.bias.grad, torch.full((3,), 8.0))
+
+
+def test_a_run_saved_with_a_state_dependent_std_before_the_straight_through_fix_loads(tmp_path):
+    """tests/data/pendulum_state_dependent_std.pt was written by the code whose clamp passed a
+    gradient of 2 inside the bounds (Pendulum, 64 steps). The fix changed no parameter, so the
+    saved run loads, deploys and resumes: its deployed action is its module's mean, and one more
+    iteration of training runs from it."""
+    import io
+    from pathlib import Path
+
+    from embodied_ppo.app.deploy import load_policy
+    from embodied_ppo.config.building import from_dict
+    from embodied_ppo.io.checkpoint import load_checkpoint
+    from embodied_ppo.runner.trainer import Trainer
+
+    path = Path(__file__).parents[1] / "data" / "pendulum_state_dependent_std.pt"
+    state = load_checkpoint(path)
+    module = ActorCritic(state["model_spec"])
+    module.load_state_dict(state["model"])
+    assert module.state_dependent_std
+    obs = torch.randn(4, 3)
+    with torch.no_grad():
+        mean = module(obs)[0].mean.clamp(-2.0, 2.0)  # Pendulum's torque bounds
+    assert torch.allclose(load_policy(path)(obs), mean, atol=1e-6)
+    trainer_block = {**state["config"]["trainer"], "total_steps": 96, "run_dir": str(tmp_path)}
+    cfg = from_dict({**state["config"], "trainer": trainer_block})
+    trainer = Trainer(cfg, tmp_path, state, progress_stream=io.StringIO())
+    summary = trainer.train()
+    assert summary["global_step"] == 96
