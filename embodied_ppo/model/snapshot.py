@@ -115,9 +115,28 @@ class SnapshotMismatch(ValueError):
     changed in a way the snapshot does not know): collection must run the module itself."""
 
 
-# The snapshot's outputs may differ from the module's by float32 rounding, not more.
+# The snapshot's outputs may differ from the module's by float32 rounding, not more: this,
+# relative to the output's size, plus, for a Gaussian log-probability, what rounding the action
+# to float32 does to it (`_log_prob_rounding`).
 CHECK_TOLERANCE = 1e-4
 CHECK_ROWS = 8
+
+
+def _log_prob_rounding(mean: np.ndarray, log_std: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """How far float32 rounding can move a Gaussian log-probability (B,) between the two ways of
+    computing it: from the noise (the snapshot: -noise^2 / 2 - ...) and from the stored action
+    (the module: z = (action - mean) / std, -z^2 / 2 - ...).
+
+    The action mean + std x noise is rounded to the float32 grid at its size, so z differs from
+    the noise by up to dz = (spacing(|action|) + spacing(|mean|)) / std per dimension, and -z^2/2
+    by |noise| dz + dz^2 / 2. Negligible for a std well above the grid's spacing; at the std
+    floor (exp(-5)) with |mean| ~ 100 it is ~1e-3 a dimension, beyond any fixed tolerance.
+    """
+    std = np.exp(log_std.astype(np.float64))
+    action = (mean + np.exp(log_std) * noise).astype(np.float32)
+    spacing = np.spacing(np.abs(action)).astype(np.float64) + np.spacing(np.abs(mean))
+    dz = spacing / std  # (B, A)
+    return (np.abs(noise) * dz + 0.5 * dz * dz).sum(axis=-1)  # (B,)
 
 
 class NumpyPolicy:
@@ -152,19 +171,30 @@ class NumpyPolicy:
         ours = self._act(obs, noise, with_value=True)
         device = policy.action_low.device
         with torch.no_grad():
-            theirs = policy.act(
-                torch.from_numpy(obs).to(device), torch.from_numpy(noise).to(device)
-            )
-        for name, a, b in zip(("action", "log-probability", "value"), ours, theirs, strict=True):
+            dist, value = policy(torch.from_numpy(obs).to(device))
+            action = dist.sample(torch.from_numpy(noise).to(device))
+            theirs = (action, dist.log_prob(action), value)
+        slack = np.zeros(CHECK_ROWS, np.float32)
+        if self.gaussian:
+            slack = _log_prob_rounding(_array(dist.mean), _array(dist.log_std), noise)
+        names = ("action", "log-probability", "value")
+        for name, a, b, extra in zip(names, ours, theirs, (0.0, slack, 0.0), strict=True):
             b = b.cpu().numpy()
-            if (
-                a is None
-                or a.shape != b.shape
-                or not np.allclose(a, b, rtol=CHECK_TOLERANCE, atol=CHECK_TOLERANCE)
-            ):
+            if a is None or a.shape != b.shape:
                 raise SnapshotMismatch(
-                    f"the numpy snapshot's {name} differs from the policy module's: the "
-                    "module computes something the snapshot does not know"
+                    f"the numpy snapshot's {name} has another shape than the policy module's "
+                    f"({None if a is None else a.shape} against {b.shape}): the module computes "
+                    "something the snapshot does not know"
+                )
+            gap = np.abs(a.astype(np.float64) - b)  # (rows, ...)
+            allowed = CHECK_TOLERANCE * (1.0 + np.abs(b)) + extra
+            if not (gap <= allowed).all():
+                worst = int(np.argmax(gap - allowed))
+                raise SnapshotMismatch(
+                    f"the numpy snapshot's {name} differs from the policy module's by "
+                    f"{gap.flat[worst]:.3g} where float32 rounding allows "
+                    f"{np.asarray(allowed).flat[worst]:.3g} (probe row {worst // max(1, gap[0].size)}): "
+                    "the module computes something the snapshot does not know"
                 )
 
     def _build(self, policy: ActorCritic) -> None:

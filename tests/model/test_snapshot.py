@@ -112,3 +112,48 @@ def test_host_and_device_collection_agree(env_id, share):
         assert torch.allclose(
             getattr(host, name).float(), getattr(device, name).float(), atol=1e-4
         ), name
+
+
+@pytest.mark.parametrize("sde", [False, True])
+@pytest.mark.parametrize("mean", [100.0, 1000.0, -5000.0])
+def test_the_self_check_accepts_float32_rounding_at_the_std_floor(sde, mean):
+    """At the std floor (log-std -5) with a large mean, the module's log-probability, computed
+    from the float32 action, differs from the snapshot's, computed from the noise, by the action's
+    rounding (~1e-3 at |mean| 100): the self-check allows exactly that much and accepts, and its
+    log-probabilities stay within the bound it computes."""
+    from embodied_ppo.model.snapshot import _log_prob_rounding
+
+    torch.manual_seed(0)
+    ac = ActorCritic(spec(share_backbone=not sde, state_dependent_std=sde))
+    with torch.no_grad():
+        ac.action_head.bias.fill_(mean)
+        if sde:
+            ac.log_std_head.weight.zero_()
+            ac.log_std_head.bias.fill_(-9.0)  # clamped to the floor
+        else:
+            ac.log_std.fill_(-5.0)
+    snapshot = NumpyPolicy(ac)  # checks itself: refused before
+    obs = torch.randn(16, 5)
+    noise = ac.sample_noise(16, torch.device("cpu"))
+    with torch.no_grad():
+        dist, _ = ac(obs)
+        a, lp, _ = ac.act(obs, noise)
+    _, nlp, _ = snapshot.act(obs.numpy(), noise.numpy())
+    gap = np.abs(nlp.astype(np.float64) - lp.numpy())
+    bound = _log_prob_rounding(dist.mean.numpy(), dist.log_std.numpy(), noise.numpy())
+    assert gap.max() > 1e-4  # the rounding is real: a fixed 1e-4 refused these
+    assert (gap <= 1e-4 * (1 + np.abs(lp.numpy())) + bound).all()
+
+
+def test_a_snapshot_that_computes_something_else_is_refused_with_how_much():
+    """A log-probability off by 1e-2 (far above float32 rounding at an ordinary std) is still
+    refused, and the message says by how much and what rounding allows."""
+    from embodied_ppo.model.snapshot import SnapshotMismatch
+
+    ac = ActorCritic(spec())
+    snapshot = NumpyPolicy(ac)
+    snapshot.log_norm = np.float32(snapshot.log_norm + 1e-2)
+    with pytest.raises(
+        SnapshotMismatch, match=r"log-probability differs .* by 0\.01 where float32"
+    ):
+        snapshot.check(ac)
