@@ -33,3 +33,10 @@ class ExportError(UserError):
 
 class RenderError(UserError):
     """Frames cannot be rendered or a video cannot be written."""
+
+
+def require(condition: bool, message: str) -> None:
+    """A ConfigError with `message` (one line: the key path, what was given, what is allowed)
+    unless `condition` holds."""
+    if not condition:
+        raise ConfigError(message)
