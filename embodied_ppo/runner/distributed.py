@@ -152,19 +152,39 @@ def _guard(what: str) -> contextlib.AbstractContextManager[None]:
     return _Ctx()
 
 
+def backend_device() -> torch.device:
+    """Where the group's collectives take their tensors: this process's GPU under NCCL (set
+    as the current device when the group was joined), the CPU under Gloo or outside a group.
+
+    Every collective below hands the backend its tensors on this device, whatever device they
+    live on (a host-collected statistic under NCCL, a GPU tensor under Gloo), and writes the
+    result back where they came from."""
+    if is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _on_backend(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` itself where the backend can take it, else a copy on the backend's device."""
+    device = backend_device()
+    return tensor if tensor.device == device else tensor.to(device)
+
+
 def all_reduce_sum(tensor: torch.Tensor, what: str = "all-reduce") -> torch.Tensor:
     """Sum `tensor` over ranks, in place; returned for chaining."""
     if is_initialized():
+        work = _on_backend(tensor)
         with _guard(what):
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            dist.all_reduce(work, op=dist.ReduceOp.SUM)
+        if work is not tensor:
+            tensor.copy_(work)
     return tensor
 
 
-def sum_scalars(
-    *values: torch.Tensor | float, device: torch.device | None = None
-) -> list[torch.Tensor]:
-    """Sum several scalars over ranks in one collective."""
-    packed = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in values])
+def sum_scalars(*values: torch.Tensor | float) -> list[torch.Tensor]:
+    """Sum several scalars over ranks in one collective (float64, on the backend's device)."""
+    device = backend_device()
+    packed = torch.stack([torch.as_tensor(v, dtype=torch.float64).to(device) for v in values])
     all_reduce_sum(packed, "a statistics all-reduce")
     return list(packed.unbind())
 
@@ -193,7 +213,10 @@ def broadcast_module(module: torch.nn.Module) -> None:
         return
     with _guard("the parameter broadcast"):
         for t in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(t.data, src=0)
+            work = _on_backend(t.data)
+            dist.broadcast(work, src=0)
+            if work is not t.data:
+                t.data.copy_(work)
 
 
 def broadcast_object(obj: T) -> T:
@@ -232,7 +255,7 @@ def agree(flag: bool) -> bool:
     """True on every process as soon as one process says so (graceful stop in lockstep)."""
     if world_size() == 1:
         return flag
-    return bool(sum_scalars(float(flag))[0] > 0)
+    return bool(sum_scalars(float(flag))[0].item() > 0)
 
 
 def gather_episodes(

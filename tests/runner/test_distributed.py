@@ -412,13 +412,40 @@ def test_two_machines_update_like_one_process_with_all_envs(tmp_path):
     assert_close(two[0], one[0], atol=1e-5)
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU per process")
-def test_two_gpus_with_nccl_update_like_one_gpu_with_all_envs(tmp_path):
-    """The same on CUDA with NCCL (one GPU per process; float tolerance, as CUDA kernels may
-    sum in another order)."""
-    cuda = ["trainer.device=cuda", "trainer.dist_backend=nccl"]
-    two = run_worker(tmp_path, "two", 2, 2, *cuda, minibatch=16)
-    one = run_worker(tmp_path, "one", 1, 4, "trainer.device=cuda", minibatch=16)
-    for k, v in two[0].items():
-        assert torch.equal(v, two[1][k]), k
-    assert_close(two[0], one[0], atol=1e-4)
+def cli_run(run: Path, nproc: int, *overrides: str) -> dict:
+    """Train Pendulum through the command line (`embodied-ppo torchrun ... train` for several
+    processes, `embodied-ppo train` for one), as a user starts it: the training is polled by the
+    stop signals' agreement step every iteration. The final checkpoint's weights."""
+    launch = ["torchrun", f"--nproc_per_node={nproc}", f"--master_port={free_port()}"]
+    config = str(ROOT / "configs" / "pendulum.yaml")
+    cmd = [sys.executable, "-m", "embodied_ppo", *(launch if nproc > 1 else []), "train", config]
+    cmd += [*BASE, f"trainer.run_dir={run}", *overrides]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return load_checkpoint(run)["model"]
+
+
+@pytest.mark.parametrize(
+    "device, backend, atol",
+    [
+        ("cpu", "gloo", 1e-5),
+        pytest.param(
+            "cuda",
+            "nccl",
+            1e-4,  # CUDA kernels may sum in another order
+            marks=pytest.mark.skipif(
+                torch.cuda.device_count() < 2, reason="NCCL needs a GPU per process"
+            ),
+        ),
+    ],
+)
+def test_two_processes_from_the_command_line_update_like_one_with_all_envs(
+    tmp_path, device, backend, atol
+):
+    """Started as a user starts it, so every collective of the command's path runs (the
+    graceful stop's agreement included): on the CPU with Gloo, and on one GPU per process with
+    NCCL, whose collectives take only tensors on the process's GPU."""
+    common = [f"trainer.device={device}", "algorithm.minibatch_size=16"]
+    two = cli_run(tmp_path / "two", 2, *common, "env.num_envs=2", f"trainer.dist_backend={backend}")
+    one = cli_run(tmp_path / "one", 1, *common, "env.num_envs=4")
+    assert_close(two, one, atol=atol)
