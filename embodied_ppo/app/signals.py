@@ -4,7 +4,9 @@ The training loop only reaches a state worth saving between iterations (the roll
 not checkpointed), so the first signal records a request that the loop honours at the next
 iteration boundary: it writes a checkpoint and returns. A second signal raises
 :class:`Interrupted` at once; checkpoints are written atomically, so stopping in the middle of a
-write still leaves the previous one intact.
+write still leaves the previous one intact. The exception may reach the caller as another one
+where it lands inside a library's own machinery (torch.compile's guard evaluation turns it
+into a RuntimeError): `GracefulStop.interrupted` says that the stop was asked for all the same.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class GracefulStop:
     def __init__(self, signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
         self.signums = signums
         self.signum: int | None = None
+        self.interrupted: int | None = None  # the second signal, once it came
         self._at = 0.0
         self._previous: dict[int, Handler] = {}
 
@@ -82,6 +85,7 @@ class GracefulStop:
             # Under torchrun a Ctrl-C arrives twice: from the terminal and forwarded by the
             # launcher. The same signal again within a moment is that echo, not a second one.
             if not (TORCHRUN and signum == self.signum and now - self._at < ECHO_SECONDS):
+                self.interrupted = signum
                 raise Interrupted(signum)
             return
         self.signum, self._at = signum, now

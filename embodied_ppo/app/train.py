@@ -40,10 +40,13 @@ def train_command(
         hint = resume_hint(trainer.run_dir)
         try:
             result = run_training(trainer, (), stop)
-        except KeyboardInterrupt as exc:  # a second signal: stop at once
+        except BaseException as exc:
+            # A second signal stops at once, whatever exception its interruption surfaced as.
+            if not isinstance(exc, KeyboardInterrupt) and stop.interrupted is None:
+                raise
             last = trainer.last_checkpoint or "no checkpoint yet"
             say(f"\nstopped at once; last checkpoint: {last}; {hint}", file=sys.stderr)
-            return exit_code(getattr(exc, "signum", signal.SIGINT))
+            return exit_code(stop.interrupted or getattr(exc, "signum", signal.SIGINT))
         if result.stopped:
             say(
                 f"stopped at step {result.global_step:,} (iteration {result.iteration}); "

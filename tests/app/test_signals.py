@@ -169,3 +169,41 @@ def test_cli_second_sigint_stops_at_once(tmp_path):
     assert proc.returncode == 130, err
     assert "stopped at once" in err and "Traceback" not in err
     assert load_checkpoint(run)["global_step"] % 4096 == 0  # the last complete checkpoint
+
+
+def test_a_second_signal_stops_at_once_whatever_exception_it_surfaced_as(
+    tmp_path, monkeypatch, capsys
+):
+    """A second SIGINT landing inside torch.compile's guard evaluation reached the command as a
+    RuntimeError ("Recompilation triggered with skip_guard_eval_unsafe stance") and the run
+    ended with a traceback and status 1. Whatever exception the interruption surfaces as, the
+    command stops at once, as asked: status 130, one line, the last checkpoint named."""
+    from embodied_ppo.app import train as train_module
+
+    def interrupted_inside_a_library(trainer, callbacks, stop):
+        os.kill(os.getpid(), signal.SIGINT)  # the first: a stop request
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the second, inside the library's code
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("the library's own error") from exc
+
+    monkeypatch.setattr(train_module, "run_training", interrupted_inside_a_library)
+    run = tmp_path / "run"
+    config = str(ROOT / "configs" / "cartpole.yaml")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", config, *LONG, f"trainer.run_dir={run}"])
+    err = capsys.readouterr().err
+    assert info.value.code == 130, err
+    assert "stopped at once" in err and f"--resume {run}" in err
+
+
+def test_an_error_without_a_second_signal_still_propagates(tmp_path, monkeypatch):
+    from embodied_ppo.app import train as train_module
+
+    def fails(trainer, callbacks, stop):
+        raise RuntimeError("a real failure")
+
+    monkeypatch.setattr(train_module, "run_training", fails)
+    config = str(ROOT / "configs" / "cartpole.yaml")
+    with pytest.raises(RuntimeError, match="a real failure"):
+        cli.main(["train", config, *LONG, f"trainer.run_dir={tmp_path / 'r'}"])
