@@ -7,8 +7,11 @@ from typing import Any
 
 import mujoco
 import numpy as np
+from embodied_ppo_envs.camera import close_at_exit
 from gymnasium import spaces, utils
 from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+
+from embodied_ppo.io.render import configure_headless_gl
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 FRAME_SKIP = 4  # 4 x 5 ms: the policy acts at 50 Hz
@@ -63,6 +66,23 @@ class ArmEnv(MujocoEnv, utils.EzPickle):
         )
         self.tip_site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, "fingertip")
         self.arm_joints = 3  # qpos[:3] / qvel[:3]: shoulder, elbow, wrist
+
+    def render(self) -> np.ndarray | None:
+        """A frame of the render mode (`rgb_array`: (height, width, 3) uint8), from any state.
+
+        On a machine without a display the viewer renders through EGL or OSMesa (chosen as the
+        commands choose). A task that observes pixels makes its camera's GL context current
+        for each observation, so the viewer's is made current again before it draws (else it
+        would draw into the camera's context and read back black frames).
+        """
+        configure_headless_gl()
+        viewer = self.mujoco_renderer.viewer
+        if viewer is not None:
+            viewer.make_context_current()
+        frame = super().render()
+        if viewer is None:  # the viewer was made just now: free its context before EGL's exit
+            close_at_exit(self)
+        return frame
 
     def arm_state(self) -> np.ndarray:
         """cos and sin of the joint angles, and the joint velocities (scaled): (9,)."""

@@ -32,6 +32,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 from embodied_ppo_envs import taskconfig as tc
+from embodied_ppo_envs.camera import OffscreenCamera
 from embodied_ppo_envs.commands import CommandSpec, VelocityCommands, parse_commands
 from embodied_ppo_envs.randomization import (
     ActionDelay,
@@ -320,7 +321,7 @@ class QuadrupedEnv(gym.Env):
 
         self.render_mode = render_mode
         self.width, self.height, self.camera_name = width, height, camera_name
-        self._renderer: mujoco.Renderer | None = None
+        self._renderer: OffscreenCamera | None = None
 
     # ================================================================= episode
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
@@ -585,9 +586,12 @@ class QuadrupedEnv(gym.Env):
         if self.render_mode != "rgb_array":
             return None
         if self._renderer is None:
-            self._renderer = mujoco.Renderer(self.model, self.height, self.width)
-        self._renderer.update_scene(self.data, camera=self.camera_name)
-        return self._renderer.render()
+            # Its GL context is made with the backend chosen when it renders first (EGL or
+            # OSMesa without a display), not the one MuJoCo fixed when it was imported.
+            self._renderer = OffscreenCamera(
+                self.model, (self.width, self.height), self.camera_name
+            )
+        return self._renderer.render(self.data)
 
     def close(self) -> None:
         if self._renderer is not None:
