@@ -202,3 +202,27 @@ def register_strict() -> str:
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=StrictEnv)
     return env_id
+
+
+# Every episode return EpisodeReturns saw end, in the order they ended (in this process).
+RETURNS: list[float] = []
+
+
+class EpisodeReturns(gym.Wrapper):
+    """Appends each finished episode's return to `RETURNS`: a record kept apart from the
+    trainer's, to check what it logs."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.total = 0.0
+
+    def reset(self, **kwargs):
+        self.total = 0.0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.total += float(reward)
+        if terminated or truncated:
+            RETURNS.append(self.total)
+        return obs, reward, terminated, truncated, info

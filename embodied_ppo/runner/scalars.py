@@ -11,6 +11,10 @@ from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.runner.buffer import RolloutBuffer
 from embodied_ppo.runner.collector import RolloutStats
 
+# The mean return of the last 100 finished episodes, whichever iterations they ended in (the
+# progress line's "return"): a measure of the policy that one lucky episode does not move.
+RECENT_RETURN = "charts/episodic_return_100"
+
 
 @dataclass(frozen=True)
 class IterationTiming:

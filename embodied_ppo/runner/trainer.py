@@ -51,7 +51,7 @@ from embodied_ppo.runner.collector import RolloutStats
 from embodied_ppo.runner.evaluator import PeriodicEvaluator
 from embodied_ppo.runner.preflight import check_policy, resolve_device
 from embodied_ppo.runner.run_state import RunState
-from embodied_ppo.runner.scalars import IterationTiming, iteration_scalars
+from embodied_ppo.runner.scalars import RECENT_RETURN, IterationTiming, iteration_scalars
 from embodied_ppo.vecenv import make_env
 from embodied_ppo.vecenv.seeding import env_seeds, group_seeds, noise_seed
 
@@ -243,7 +243,11 @@ class Trainer(RunState):
         self.recent_returns.extend(stats.episode_returns)
         timing = IterationTiming(lr, clock.sps(self.global_step), t1 - t0, t2 - t1)
         scaler = self.reward_scaler if cfg.env.normalize_reward else None
-        return iteration_scalars(stats, metrics, buf, timing, scaler) | extra
+        scalars = iteration_scalars(stats, metrics, buf, timing, scaler) | extra
+        recent = self.mean_recent_return()
+        if recent is not None:  # what the progress line shows, for callbacks and curves
+            scalars[RECENT_RETURN] = recent
+        return scalars
 
     def _collect(self) -> RolloutStats:
         """One rollout (episodic where the estimator is critic-free); an env's failure is a

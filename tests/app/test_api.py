@@ -121,6 +121,38 @@ def test_callbacks_see_every_iteration_and_can_stop_gracefully(tmp_path):
     assert load_checkpoint(tmp_path)["global_step"] == 64  # a checkpoint of where it stopped
 
 
+def test_callbacks_read_the_mean_return_of_the_last_100_episodes(tmp_path):
+    """charts/episodic_return_100 is the mean of the last 100 episodes that ended, over
+    iterations: checked against a wrapper's own record of every episode's return."""
+    import toy_envs
+
+    toy_envs.RETURNS.clear()
+    seen = []
+
+    def watch(run, metrics):
+        seen.append((metrics["charts/episodic_return_100"], list(toy_envs.RETURNS)))
+        # One iteration's mean (a few episodes) is not the measure: it swings past the window's.
+        return metrics["charts/episodic_return_100"] >= 1e9
+
+    config = tiny_config(
+        toy_envs.register(),
+        env={
+            "kwargs": {"terminate_at": 3},
+            "wrappers": [{"name": "toy_envs:EpisodeReturns"}],
+            "normalize_obs": False,  # no warm-up rollout, whose episodes are not logged
+        },
+        trainer={"total_steps": 32 * 15},
+    )
+    result = embodied_ppo.train(config, run_dir=tmp_path, callbacks=[watch], **quiet())
+    assert len(seen) == 15 and len(toy_envs.RETURNS) > 100  # the window fills, then slides
+    for logged, returns in seen:
+        assert logged == pytest.approx(np.mean(returns[-100:]), abs=1e-9)
+    assert result.metrics["charts/episodic_return_100"] == seen[-1][0]
+    assert seen[-1][0] != pytest.approx(np.mean(toy_envs.RETURNS))  # the last 100, not all
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["charts/episodic_return_100"] for r in records] == [m for m, _ in seen]
+
+
 def test_evaluate_from_python(tmp_path):
     embodied_ppo.train(tiny_config(), run_dir=tmp_path, **quiet())
     summary = embodied_ppo.evaluate(tmp_path, episodes=3, seed=5)
