@@ -16,6 +16,9 @@ from embodied_ppo.config.schema import Config
 # would take the module name `conftest` from this one.
 if str(ROOT / "scripts") not in sys.path:
     sys.path.insert(0, str(ROOT / "scripts"))
+# The benchmarks are the package `scripts.bench` of the repository's root, run from there.
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 
 torch.set_num_threads(1)
 

@@ -1,6 +1,6 @@
-"""Compare the two runs of scripts/mjlab_learning.sh: this package and rsl_rl on mjlab's Go1.
+"""Compare the two runs of scripts/bench/mjlab_learning.sh: this package and rsl_rl on mjlab's Go1.
 
-    python scripts/mjlab_learning.py OUT_DIR [--plot PATH]
+    python -m scripts.bench.mjlab_learning OUT_DIR [--plot PATH]
 
 Reads OUT_DIR/ours/metrics.jsonl and OUT_DIR/rsl_rl/events.out.tfevents.* and prints, for both
 runs at a few iterations, mjlab's own episode log (the same code computes it for both, averaged
@@ -17,11 +17,12 @@ tracking rewards and the episode length against env steps.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
-import sys
 from pathlib import Path
+
+from scripts.bench.lib import args as cli_args
+from scripts.bench.lib.args import BadInput
 
 # mjlab's episode log (identical keys on both sides) and each run's own names for the rest.
 TRACK = "Episode_Reward/track_linear_velocity"
@@ -57,7 +58,7 @@ def rsl_rl(directory: Path, envs: int) -> dict[int, dict[str, float]]:
 
     files = sorted(glob.glob(str(directory / "events.out.tfevents.*")))
     if not files:
-        raise SystemExit(f"error: no TensorBoard events in {directory}")
+        raise BadInput(f"no TensorBoard events in {directory}")
     acc = EventAccumulator(files[-1], size_guidance={"scalars": 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
@@ -114,16 +115,11 @@ def plot(runs: dict[str, dict[int, dict[str, float]]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--envs", type=int, default=4096, help="envs of both runs (default 4096)")
-    parser.add_argument("--plot", type=Path, help="write the curves to this PNG")
-    args = parser.parse_args(argv)
+def compare(args) -> None:
+    """Read both runs, print the table and the iteration times, draw the plot."""
     metrics = args.out_dir / "ours" / "metrics.jsonl"
     if not metrics.is_file():
-        print(f"error: {metrics} not found (run scripts/mjlab_learning.sh first)", file=sys.stderr)
-        return 2
+        raise BadInput(f"{metrics} not found (run scripts/bench/mjlab_learning.sh first)")
     runs = {"embodied-ppo": ours(metrics), "rsl_rl": rsl_rl(args.out_dir / "rsl_rl", args.envs)}
     last = min(max(rows) for rows in runs.values())
     marks = sorted({max(1, last * k // 4) for k in (1, 2, 3, 4)})
@@ -140,7 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(runs, args.plot)
         print(f"plot: {args.plot}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Compare the runs of OUT_DIR with `argv` (the process's arguments when None)."""
+    p = cli_args.parser("scripts.bench.mjlab_learning", __doc__)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--envs", type=int, default=4096, help="envs of both runs (default 4096)")
+    p.add_argument("--plot", type=Path, help="write the curves to this PNG")
+    return cli_args.run_main(p, compare, argv)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@
 # the same network, PPO settings and 24 steps x ENVS an iteration). Each run's log, its per-iteration
 # metrics (ours: metrics.jsonl; rsl_rl: its TensorBoard events) and its wall time go to OUT_DIR
 # (the script fails when a side did);
-# `python scripts/mjlab_learning.py OUT_DIR` compares them (docs/performance.md reports it).
+# `python -m scripts.bench.mjlab_learning OUT_DIR` compares them (docs/performance.md reports it).
 #
-#     ITERATIONS=200 bash scripts/mjlab_learning.sh OUT_DIR
-#     STEPS=rsl_rl ITERATIONS=200 bash scripts/mjlab_learning.sh OUT_DIR   # one side only
+#     ITERATIONS=200 bash scripts/bench/mjlab_learning.sh OUT_DIR
+#     STEPS=rsl_rl ITERATIONS=200 bash scripts/bench/mjlab_learning.sh OUT_DIR   # one side only
 #
 # Needs a GPU and the mjlab extra (pip install -e ".[mjlab]"). The first run compiles MuJoCo
 # Warp's kernels on a cold cache (~1-2 min, then cached in ~/.cache/warp), so compare the
@@ -17,7 +17,7 @@
 # OURS_ARGS: more overrides for ours (e.g. "trainer.device=cpu trainer.compile=false");
 # RSL_RL_ARGS: more flags for mjlab's train (e.g. "--gpu-ids None"): how the tests run it on a CPU.
 set -u
-out=${1:?usage: bash scripts/mjlab_learning.sh OUT_DIR}
+out=${1:?usage: bash scripts/bench/mjlab_learning.sh OUT_DIR}
 iterations=${ITERATIONS:-200}
 envs=${ENVS:-4096}
 seed=${SEED:-0}

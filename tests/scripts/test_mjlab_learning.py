@@ -1,11 +1,12 @@
-"""scripts/mjlab_learning.py: our metrics.jsonl and rsl_rl's TensorBoard events, side by side."""
+"""scripts/bench/mjlab_learning.py: our metrics.jsonl and rsl_rl's TensorBoard events, side by side."""
 
 from __future__ import annotations
 
 import json
 
-import mjlab_learning
 import pytest
+
+from scripts.bench import mjlab_learning
 
 TRACK = "Episode_Reward/track_linear_velocity"
 
@@ -71,11 +72,17 @@ def test_the_plot_is_written(tmp_path, capsys):
 
 
 def test_a_missing_run_is_a_one_line_error(tmp_path, capsys):
-    assert mjlab_learning.main([str(tmp_path)]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        mjlab_learning.main([str(tmp_path)])
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "metrics.jsonl not found" in err and "\n" not in err
+    assert exit_.value.code == 2 and "\n" not in err
+    assert (
+        err.startswith("scripts.bench.mjlab_learning: error: ") and "metrics.jsonl not found" in err
+    )
     (tmp_path / "ours").mkdir()
     (tmp_path / "ours" / "metrics.jsonl").write_text(json.dumps(
         {"global_step": 48, "iteration": 1, "time": 1.0}) + "\n")  # fmt: skip
-    with pytest.raises(SystemExit, match="no TensorBoard events"):
+    with pytest.raises(SystemExit) as exit_:
         mjlab_learning.main([str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and "\n" not in err and "no TensorBoard events" in err

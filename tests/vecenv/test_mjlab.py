@@ -349,14 +349,14 @@ def test_profile_script_runs_past_episode_ends(mjlab, mode):
 
 
 def test_learning_comparison_script_trains_both_sides_and_compares_them(mjlab, tmp_path):
-    # scripts/mjlab_learning.sh as on a GPU, shrunk to one iteration of 4 envs on the CPU: ours
+    # scripts/bench/mjlab_learning.sh as on a GPU, shrunk to one iteration of 4 envs on the CPU: ours
     # and mjlab's own rsl_rl training, then the report reads both.
     env = dict(
         os.environ, PYTHON=sys.executable, ENVS="4", ITERATIONS="1",
         OURS_ARGS="trainer.device=cpu trainer.compile=false model.hidden_sizes=[32]",
         RSL_RL_ARGS="--gpu-ids None",
     )  # fmt: skip
-    script = ROOT / "scripts" / "mjlab_learning.sh"
+    script = ROOT / "scripts" / "bench" / "mjlab_learning.sh"
     done = subprocess.run(["bash", str(script), str(tmp_path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
@@ -365,8 +365,8 @@ def test_learning_comparison_script_trains_both_sides_and_compares_them(mjlab, t
     assert list((tmp_path / "rsl_rl").glob("events.out.tfevents.*"))
     assert int((tmp_path / "rsl_rl.wall_s").read_text()) > 0
     report = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "mjlab_learning.py"), str(tmp_path), "--envs", "4"],
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "scripts.bench.mjlab_learning", str(tmp_path), "--envs", "4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     assert "| embodied-ppo | 1 |" in report.stdout and "| rsl_rl | 1 |" in report.stdout

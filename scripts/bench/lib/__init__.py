@@ -1,0 +1,1 @@
+"""What every benchmark shares; nothing here imports a benchmark."""
