@@ -26,6 +26,7 @@ class ReachEnv(ArmEnv):
 
     def __init__(
         self,
+        *,
         success_distance: float = 0.03,
         control_cost: float = 0.01,
         success_bonus: float = 1.0,

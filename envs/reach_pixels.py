@@ -55,6 +55,7 @@ class ReachPixelsEnv(ReachEnv):
 
     def __init__(
         self,
+        *,
         success_distance: float = 0.03,
         control_cost: float = 0.01,
         success_bonus: float = 1.0,
@@ -74,12 +75,12 @@ class ReachPixelsEnv(ReachEnv):
             }
         )
         super().__init__(
-            success_distance,
-            control_cost,
-            success_bonus,
-            render_mode,
-            width,
-            height,
+            success_distance=success_distance,
+            control_cost=control_cost,
+            success_bonus=success_bonus,
+            render_mode=render_mode,
+            width=width,
+            height=height,
             observation_space=space,
             task_kwargs={"image_size": image_size},
             **mujoco_kwargs,

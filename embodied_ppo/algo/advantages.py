@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -13,6 +14,7 @@ def gae(
     next_values: torch.Tensor,
     terminated: torch.Tensor,
     ends: torch.Tensor,
+    *,
     gamma: float,
     gae_lambda: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,21 +130,42 @@ def reinforce_plus_plus(
     return masked_normalize(discounted_returns(rewards, mask, gamma), mask, reduce=reduce)
 
 
+@dataclass(frozen=True)
+class Trajectories:
+    """The (T, N) tensors of a rollout that advantages are computed from.
+
+    Attributes:
+        next_values: the value of the state after each step (V(final_obs) on a truncation).
+        terminated, ends: 1.0 where the episode terminated / ended (either way) at the step.
+        mask: 1.0 on the steps that count (episodic rollouts: the steps of each env's episode).
+    """
+
+    rewards: torch.Tensor
+    values: torch.Tensor
+    next_values: torch.Tensor
+    terminated: torch.Tensor
+    ends: torch.Tensor
+    mask: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator and its constants (the algorithm block's keys of these names;
+    `normalize` is `normalize_advantages`)."""
+
+    adv_type: str
+    gamma: float
+    gae_lambda: float
+    group_size: int = 1
+    normalize: bool = True
+
+
 def compute_advantages(
-    adv_type: str,
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    terminated: torch.Tensor,
-    ends: torch.Tensor,
-    mask: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-    group_size: int,
-    normalize: bool,
+    rollout: Trajectories,
+    estimator: Estimator,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(advantages, returns) (T, N) of a rollout with the estimator `adv_type`.
+    """(advantages, returns) (T, N) of a rollout with the estimator `estimator.adv_type`.
 
     gae: returns = advantages + values. The critic-free estimators work on episodic rollouts
     (one episode per env, `mask` 1 on its steps) and return the returns-to-go as the value
@@ -150,18 +173,28 @@ def compute_advantages(
     the whole batch: every process's together when `reduce` sums over processes
     (docs/design.md, rule 7).
     """
-    if adv_type == "gae":
-        adv, ret = gae(rewards, values, next_values, terminated, ends, gamma, gae_lambda)
+    r, e = rollout, estimator
+    mask, gamma = r.mask, e.gamma
+    if e.adv_type == "gae":
+        adv, ret = gae(
+            r.rewards,
+            r.values,
+            r.next_values,
+            r.terminated,
+            r.ends,
+            gamma=gamma,
+            gae_lambda=e.gae_lambda,
+        )
     else:
-        ret = discounted_returns(rewards, mask, gamma)
-        if adv_type == "reinforce_plus_plus":
-            adv = reinforce_plus_plus(rewards, mask, gamma, reduce)
-        elif adv_type in ("grpo", "rloo"):
-            scores = episode_returns(rewards, mask)  # (N,)
-            rule = grpo if adv_type == "grpo" else rloo
-            adv = rule(scores, group_size).unsqueeze(0) * mask  # each episode's steps share it
+        ret = discounted_returns(r.rewards, mask, gamma)
+        if e.adv_type == "reinforce_plus_plus":
+            adv = reinforce_plus_plus(r.rewards, mask, gamma, reduce)
+        elif e.adv_type in ("grpo", "rloo"):
+            scores = episode_returns(r.rewards, mask)  # (N,)
+            rule = grpo if e.adv_type == "grpo" else rloo
+            adv = rule(scores, e.group_size).unsqueeze(0) * mask  # each episode's steps share it
         else:
-            raise ValueError(f"unknown adv_type {adv_type!r}")
-    if normalize:
+            raise ValueError(f"unknown adv_type {e.adv_type!r}")
+    if e.normalize:
         adv = masked_normalize(adv, mask, reduce=reduce)
     return adv, ret

@@ -8,7 +8,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from embodied_ppo.algo.advantages import compute_advantages
+from embodied_ppo.algo.advantages import Estimator, Trajectories, compute_advantages
 from embodied_ppo.algo.kl import InRewardKL
 from embodied_ppo.config.schema import AlgorithmConfig
 from embodied_ppo.core.obs import map_obs, obs_rows
@@ -74,10 +74,13 @@ def advantages_into(buf: Rollout, algo: AlgorithmConfig, reduce: Reduce | None) 
     """Advantages and returns of the buffer's rewards and values (`algo.adv_type`), written
     into the buffer."""
     a = algo
-    adv, ret = compute_advantages(
-        a.adv_type, buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends,
-        buf.mask, a.gamma, a.gae_lambda, a.group_size, a.normalize_advantages, reduce,
-    )  # fmt: skip
+    rollout = Trajectories(
+        buf.rewards, buf.values, buf.next_values, buf.terminated, buf.ends, buf.mask
+    )
+    estimator = Estimator(
+        a.adv_type, a.gamma, a.gae_lambda, group_size=a.group_size, normalize=a.normalize_advantages
+    )
+    adv, ret = compute_advantages(rollout, estimator, reduce)
     buf.advantages.copy_(adv)
     buf.returns.copy_(ret)
 

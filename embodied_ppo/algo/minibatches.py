@@ -115,17 +115,28 @@ class Share:
     bounds: list[int]
 
 
-def process_share(
-    order: Tensor,
-    valid: Tensor | None,
-    minibatches: int,
-    unit: int,
-    num_envs: int,
-    first_env: int,
-    world: int,
-    micro_units: int,
-) -> Share:
-    """This process's rows of an epoch drawn over the envs of all `world` processes.
+@dataclass(frozen=True)
+class ShareLayout:
+    """How an epoch's order is cut, and which envs are this process's (see `process_share`).
+
+    Attributes:
+        minibatches: the epoch's minibatches (equal parts of its order).
+        unit: rows of one env that stay together (a step, a whole sequence, a recurrent chunk).
+        num_envs, first_env: this process steps envs first_env .. first_env + num_envs - 1.
+        world: the processes of the run (each with num_envs envs).
+        micro_units: units per micro-batch; a process's part is padded to whole micro-batches.
+    """
+
+    minibatches: int
+    unit: int
+    num_envs: int
+    first_env: int
+    world: int
+    micro_units: int
+
+
+def process_share(order: Tensor, valid: Tensor | None, layout: ShareLayout) -> Share:
+    """This process's rows of an epoch drawn over the envs of all `layout.world` processes.
 
     `order` is the epoch's order of the whole run's (T, world * num_envs) rollout as one process
     holding every env would draw it (flat rows t * N + g); minibatch k is its k-th of
@@ -136,7 +147,9 @@ def process_share(
     then runs micro-batches of one shape, and their gradients, summed over the processes with
     the minibatch's global weights, are the minibatch's gradient.
     """
-    N = num_envs * world
+    minibatches, unit, micro_units = layout.minibatches, layout.unit, layout.micro_units
+    num_envs, first_env = layout.num_envs, layout.first_env
+    N = num_envs * layout.world
     units = order.reshape(minibatches, -1, unit)  # (K, U, unit)
     owner = units[:, :, 0] % N
     mine = (owner >= first_env) & (owner < first_env + num_envs)  # (K, U)

@@ -10,6 +10,7 @@ from torch import Tensor
 from embodied_ppo.algo.gradient_step import STEP_FIELDS, GradientStep
 from embodied_ppo.algo.minibatches import (
     Share,
+    ShareLayout,
     aggregation_weights,
     minibatch_indices,
     process_share,
@@ -133,11 +134,16 @@ class PPOUpdate:
         drawn from the same generator state on every process, as one process holding all the
         envs draws (so the minibatches are the same at any number of processes)."""
         order, valid = self._epoch_order(size * self.world, num_steps, device)
-        return process_share(
-            order, valid, order.numel() // self.minibatch, self._unit(num_steps),
-            size // num_steps, self.rank * (size // num_steps), self.world,
-            self._micro_units(num_steps),
-        )  # fmt: skip
+        envs = size // num_steps
+        layout = ShareLayout(
+            minibatches=order.numel() // self.minibatch,
+            unit=self._unit(num_steps),
+            num_envs=envs,
+            first_env=self.rank * envs,
+            world=self.world,
+            micro_units=self._micro_units(num_steps),
+        )
+        return process_share(order, valid, layout)
 
     def _micro_units(self, num_steps: int) -> int:
         """Units (`_unit`) per micro-batch of a process's share: micro_batch_size's, else a

@@ -161,7 +161,15 @@ class EnvPoolVecEnv:
                 ) from exc
             obs[reset_info["env_id"]] = reset_obs
             self._check_obs(obs, ahead=0)
-        return step_result(obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length)
+        return step_result(
+            obs,
+            reward,
+            term,
+            trunc,
+            final_obs,
+            ep_return=self._ep_return,
+            ep_length=self._ep_length,
+        )
 
     def sample_actions(self) -> np.ndarray:
         """Uniform random actions for every env (for benchmarks and smoke tests)."""

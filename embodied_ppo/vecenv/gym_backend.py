@@ -192,7 +192,15 @@ class GymnasiumVecEnv:
         self._ep_return += reward
         self._ep_length += 1
         return step_result(
-            obs, reward, term, trunc, final_obs, self._ep_return, self._ep_length, success, logs
+            obs,
+            reward,
+            term,
+            trunc,
+            final_obs,
+            ep_return=self._ep_return,
+            ep_length=self._ep_length,
+            success=success,
+            logs=logs,
         )
 
     def sample_actions(self) -> np.ndarray:

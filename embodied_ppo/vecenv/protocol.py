@@ -38,6 +38,7 @@ def step_result(
     term: np.ndarray,
     trunc: np.ndarray,
     final_obs: Obs,
+    *,
     ep_return: np.ndarray,
     ep_length: np.ndarray,
     success: np.ndarray | None = None,

@@ -59,6 +59,7 @@ def serve(
     rows: range,
     threads: int,
     shared: SharedArrays,
+    *,
     control_raw: ctypes.Array | None = None,
     spin: float = SPIN_SECONDS,
 ) -> None:

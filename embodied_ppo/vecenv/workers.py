@@ -153,15 +153,8 @@ class ProcessVectorEnv:
                 parent, child = ctx.Pipe()
                 process = ctx.Process(
                     target=serve,
-                    args=(
-                        child,
-                        Portable([env_fns[i] for i in rows]),
-                        rows,
-                        threads,
-                        self._shared,
-                        control,
-                        worker_spin,
-                    ),
+                    args=(child, Portable([env_fns[i] for i in rows]), rows, threads, self._shared),
+                    kwargs={"control_raw": control, "spin": worker_spin},
                     name=f"embodied-ppo-envs-{rows.start}-{rows.stop - 1}",
                     daemon=True,
                 )

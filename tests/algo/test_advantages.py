@@ -15,7 +15,9 @@ def t(*rows):
 
 
 def run(rewards, values, next_values, terminated, ends):
-    return gae(t(*rewards), t(*values), t(*next_values), t(*terminated), t(*ends), G, L)
+    return gae(
+        t(*rewards), t(*values), t(*next_values), t(*terminated), t(*ends), gamma=G, gae_lambda=L
+    )
 
 
 def test_no_episode_end_bootstraps_with_last_value():
@@ -69,7 +71,7 @@ def test_envs_are_independent_columns():
     values = torch.zeros(2, 2)
     nv = torch.tensor([[0.0, 0.0], [2.0, 3.0]])
     term = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
-    adv, _ = gae(rewards, values, nv, term, term, G, L)
+    adv, _ = gae(rewards, values, nv, term, term, gamma=G, gae_lambda=L)
     assert adv[1, 0] == pytest.approx(1.0 + G * 2.0)
     assert adv[0, 0] == pytest.approx(1.0 + G * L * (1.0 + G * 2.0))
     assert adv[0, 1] == pytest.approx(0.0)
@@ -83,7 +85,7 @@ def test_lambda_one_gives_discounted_returns_minus_values():
     last = torch.rand(3)
     nv = torch.cat([v[1:], last[None]])
     zeros = torch.zeros(T, 3)
-    adv, ret = gae(r, v, nv, zeros, zeros, 0.97, 1.0)
+    adv, ret = gae(r, v, nv, zeros, zeros, gamma=0.97, gae_lambda=1.0)
     expected = torch.zeros(T, 3)
     acc = last
     for i in range(T - 1, -1, -1):
@@ -105,7 +107,7 @@ def test_gae_scan_equals_the_backward_loop(T):
     rewards, values, next_values = (torch.randn(T, 3, generator=g) for _ in range(3))
     terminated = (torch.rand(T, 3, generator=g) < 0.02).float()
     ends = torch.maximum(terminated, (torch.rand(T, 3, generator=g) < 0.02).float())
-    adv, ret = gae(rewards, values, next_values, terminated, ends, 0.99, 0.95)
+    adv, ret = gae(rewards, values, next_values, terminated, ends, gamma=0.99, gae_lambda=0.95)
     expected, last = torch.zeros(T, 3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
     for t in range(T - 1, -1, -1):
         delta = rewards[t] + 0.99 * (1 - terminated[t]) * next_values[t] - values[t]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from embodied_ppo.algo.advantages import compute_advantages
+from embodied_ppo.algo.advantages import Estimator, Trajectories, compute_advantages
 from embodied_ppo.algo.batch import prepare_batch, refresh_advantages
 from embodied_ppo.config.schema import with_values
 from embodied_ppo.core.errors import CheckpointError, TrainingError
@@ -218,9 +218,9 @@ def test_recomputed_advantages_are_gae_under_the_critic_as_it_is(tmp_path, infer
     torch.testing.assert_close(buf.next_values, before + 1.0)
     a = cfg.algorithm
     adv, ret = compute_advantages(
-        "gae", buf.rewards, values, buf.next_values, buf.terminated, buf.ends, buf.mask,
-        a.gamma, a.gae_lambda, 1, a.normalize_advantages, None,
-    )  # fmt: skip
+        Trajectories(buf.rewards, values, buf.next_values, buf.terminated, buf.ends, buf.mask),
+        Estimator("gae", a.gamma, a.gae_lambda, normalize=a.normalize_advantages),
+    )
     torch.testing.assert_close(buf.advantages, adv)
     torch.testing.assert_close(buf.returns, ret)
 
