@@ -36,6 +36,7 @@ def train(
     callbacks: Sequence[Callback] = (),
     *,
     resume: str | Path | None = None,
+    more_steps: int | None = None,
     use_intact: bool = False,
     stop: Callable[[], bool] | None = None,
     progress: TextIO | None = None,
@@ -50,7 +51,10 @@ def train(
         callbacks: called after every iteration (see `Callback`); one returning True stops the
             run gracefully (checkpoint written, `stopped` in the result).
         resume: a run directory (or one of its checkpoints) to continue instead; `overrides`
-            may then change only what does not change learning (trainer.total_steps, ...).
+            may then change only how long, where and how it runs (trainer.total_steps, ...).
+        more_steps: with `resume`, train this many env steps past the checkpoint (SB3's second
+            `learn()`); a linear learning-rate schedule then does what
+            optim.schedule_extension says.
         use_intact: on resume, when latest.pt is unreadable, continue from the newest intact
             checkpoint (else that is an error naming it).
         stop: polled between iterations; True stops gracefully (the command's signal handler).
@@ -64,7 +68,9 @@ def train(
             'script: call it under `if __name__ == "__main__":`'
         )
     configure_headless_gl()  # before any MuJoCo import or OpenGL context (headless)
-    with _session(config, overrides, run_dir, resume, use_intact, progress) as session:
+    with _session(
+        config, overrides, run_dir, resume, use_intact, progress, more_steps=more_steps
+    ) as session:
         if isinstance(session, TrainResult):
             return session
         return run_training(session, callbacks, stop)

@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --resume: if latest.pt is unreadable, continue from the newest intact checkpoint",
     )
+    train.add_argument(
+        "--more",
+        type=int,
+        metavar="STEPS",
+        help="with --resume: train STEPS env steps past the checkpoint (sets trainer.total_steps)",
+    )
     _add_eval_export_plot(sub)
     launch = sub.add_parser(
         "torchrun",
@@ -174,11 +180,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     """`embodied-ppo train`; returns the exit status."""
     if args.use_intact and not args.resume:
         raise UserError("--use-intact goes with --resume RUN_DIR")
+    if args.more is not None and not args.resume:
+        raise UserError("--more goes with --resume RUN_DIR; a new run trains trainer.total_steps")
     # The interpreter's last collection at exit walks every object still alive: after training,
     # the compiler's ~0.5M, ~1 s on 2 cores. Everything is written and closed by then (logs,
     # checkpoints, env workers), so the process leaves them to the system instead.
     atexit.register(gc.freeze)
-    return train_command(args.config, args.overrides, args.resume, args.use_intact)
+    return train_command(args.config, args.overrides, args.resume, args.use_intact, args.more)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

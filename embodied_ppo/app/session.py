@@ -105,9 +105,12 @@ def _session(
     resume: str | Path | None,
     use_intact: bool,
     progress: TextIO | None,
+    *,
+    more_steps: int | None = None,
 ) -> Iterator[Trainer | TrainResult]:
     """A run ready to train (its Trainer), with its directory locked; or, for a resumed run
-    that has already reached trainer.total_steps, its TrainResult."""
+    that has already reached trainer.total_steps, its TrainResult. `more_steps`, with
+    `resume`: train that many steps past the checkpoint."""
     overrides = list(overrides or [])
     if resume is None and config is not None and elastic_restart():
         restarted = _restarted_run(config, overrides, run_dir)
@@ -122,11 +125,14 @@ def _session(
         run = run_dir_of_target(target)
         with _lock(run) if (run / "config.yaml").is_file() else nullcontext():
             writer = distributed.launch_rank() == 0
-            cfg, run, state = open_resume(target, overrides, writer=writer, use_intact=use_intact)
+            cfg, run, state = open_resume(
+                target, overrides, writer=writer, use_intact=use_intact, more_steps=more_steps
+            )
             if state is not None and state["global_step"] >= cfg.trainer.total_steps:
                 say(
                     f"{run}: already trained to {state['global_step']:,} steps "
-                    f"(trainer.total_steps={cfg.trainer.total_steps:,})"
+                    f"(trainer.total_steps={cfg.trainer.total_steps:,}); train longer with "
+                    f"`embodied-ppo train --resume {run} --more STEPS`"
                 )
                 yield TrainResult(run, {}, state["global_step"], state["iteration"], False, None)
                 return
@@ -136,11 +142,16 @@ def _session(
             if state is not None:
                 say(
                     f"resuming {run} at step {trainer.global_step:,} (iteration {trainer.iteration})"
+                    f" to {cfg.trainer.total_steps:,} steps"
                 )
             if trainer.resume_note:
                 say(f"  note: {trainer.resume_note}")
             yield trainer
         return
+    if more_steps is not None:
+        raise UserError(
+            "more_steps: goes with resume=RUN_DIR (a new run takes trainer.total_steps)"
+        )
     if config is None:
         raise UserError("train: give a config (a YAML path, dict or Config) or resume=RUN_DIR")
     cfg, name = _config(config, overrides, run_dir)

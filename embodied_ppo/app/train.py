@@ -17,9 +17,14 @@ from embodied_ppo.runner import distributed
 
 # ---------------------------------------------------------------------------------- command
 def train_command(
-    config_path: str | None, overrides: list[str], resume: str | None, use_intact: bool = False
+    config_path: str | None,
+    overrides: list[str],
+    resume: str | None,
+    use_intact: bool = False,
+    more_steps: int | None = None,
 ) -> int:
-    """`embodied-ppo train CONFIG [overrides]` or `embodied-ppo train --resume RUN_DIR`."""
+    """`embodied-ppo train CONFIG [overrides]` or `embodied-ppo train --resume RUN_DIR
+    [--more STEPS]`."""
     if resume:
         overrides = ([config_path] if config_path else []) + overrides
     elif not config_path:
@@ -31,7 +36,13 @@ def train_command(
     with (
         GracefulStop() as stop,
         _session(
-            None if resume else config_path, overrides, None, resume, use_intact, None
+            None if resume else config_path,
+            overrides,
+            None,
+            resume,
+            use_intact,
+            None,
+            more_steps=more_steps,
         ) as session,
     ):
         if isinstance(session, TrainResult):
@@ -54,12 +65,13 @@ def train_command(
                 file=sys.stderr,
             )
             return stop.exit_code
-        ret = result.metrics.get("charts/episodic_return")
+        ret = result.metrics.get("charts/episodic_return_100")
         say(
             f"done: {result.global_step:,} steps"
-            + (f", last mean episodic return {ret:.2f}" if ret is not None else "")
+            + (f", mean return of the last 100 episodes {ret:.2f}" if ret is not None else "")
         )
         say(f"checkpoint: {result.checkpoint}")
+        say(f"train longer with `embodied-ppo train --resume {trainer.run_dir} --more STEPS`")
         return 0
 
 

@@ -221,6 +221,12 @@ class OptimConfig:
     schedule: Literal["constant", "linear", "adaptive"] = _key(
         "constant", "constant; linear: decays to 0; adaptive: follows approx_kl"
     )
+    schedule_extension: Literal["rescale", "continue", "keep"] = _key(
+        "rescale",
+        "linear schedule, from a resume that changes trainer.total_steps on: rescale: the decay "
+        "of a run planned for the new total (a longer run's rate rises at the resume point); "
+        "continue: from the rate in effect down to 0 at the new total; keep: the rate in effect",
+    )
     desired_kl: float = _key(0.01, "adaptive schedule: the approx_kl it aims at")
     lr_min: float = _key(1e-5, "adaptive schedule: lowest learning rate")
     lr_max: float = _key(1e-2, "adaptive schedule: highest learning rate")

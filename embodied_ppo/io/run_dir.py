@@ -8,7 +8,7 @@ from pathlib import Path
 
 from embodied_ppo.config.building import from_dict, upgrade
 from embodied_ppo.config.loading import apply_overrides, dump_yaml, load_yaml
-from embodied_ppo.config.resume import _learning_keys, check_resume_overrides
+from embodied_ppo.config.resume import _learning_keys, check_more_steps, check_resume_overrides
 from embodied_ppo.config.schema import Config, with_values
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
 from embodied_ppo.core.system import elastic_run_id
@@ -81,16 +81,22 @@ def run_dir_of_target(target: Path) -> Path:
 
 
 def open_resume(
-    target: str | Path, overrides: list[str], writer: bool = True, use_intact: bool = False
+    target: str | Path,
+    overrides: list[str],
+    writer: bool = True,
+    use_intact: bool = False,
+    *,
+    more_steps: int | None = None,
 ) -> tuple[Config, Path, CheckpointState | None]:
     """Check that a run can resume with `overrides` and load the checkpoint it resumes from.
 
     `target` is a run directory (its checkpoints/latest.pt) or one of its checkpoint files.
     When latest.pt is unreadable, the newest intact ckpt_<step>.pt is named in the error, or
-    used with `use_intact`. Returns (config, run directory, checkpoint or None when the run
-    stopped before its first checkpoint: it then starts over). `writer` (the one process of a
-    distributed run that writes) removes the temp files a killed writer left and records the
-    overrides in config.yaml.
+    used with `use_intact`. `more_steps` sets trainer.total_steps to the checkpoint's step plus
+    that many. Returns (config, run directory, checkpoint or None when the run stopped before
+    its first checkpoint: it then starts over). `writer` (the one process of a distributed run
+    that writes) removes the temp files a killed writer left and records the overrides in
+    config.yaml.
     """
     target = Path(target)
     run_dir = run_dir_of_target(target)
@@ -100,6 +106,7 @@ def open_resume(
             f"--resume {target}: not a run directory (no config.yaml) nor a checkpoint in one"
         )
     check_resume_overrides(overrides)
+    check_more_steps(more_steps, overrides)
     saved = upgrade(load_yaml(config_file))
     cfg = from_dict(apply_overrides(saved, overrides))
     ckpt_dir = checkpoints_dir(run_dir)
@@ -128,6 +135,10 @@ def open_resume(
             raise UserError(
                 f"--resume {target}: the checkpoint was not written by this run's config"
             )
+    if more_steps is not None:  # N more steps than the checkpoint holds (all, without one)
+        start = 0 if state is None else int(state["global_step"])
+        overrides = [*overrides, f"trainer.total_steps={start + more_steps}"]
+        cfg = from_dict(apply_overrides(saved, overrides))
     if writer:
         remove_stale_temp_files(run_dir)  # whoever wrote them is gone; loading never reads them
         if overrides:

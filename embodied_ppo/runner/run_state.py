@@ -16,6 +16,7 @@ import torch
 
 from embodied_ppo.algo.kl import InRewardKL
 from embodied_ppo.algo.reward_scaling import RewardScaler
+from embodied_ppo.algo.schedules import Extension, extend_schedule
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, TrainingError
 from embodied_ppo.core.text import first_line
@@ -55,6 +56,7 @@ class RunState:
     global_step: int
     iteration: int
     recent_returns: deque[float]
+    extension: Extension | None
     last_checkpoint: Path | None
     saved_iteration: int
     resume_note: str | None
@@ -78,6 +80,7 @@ class RunState:
             "global_step": self.global_step,
             "iteration": self.iteration,
             "recent_returns": list(self.recent_returns),
+            "lr_extension": None if self.extension is None else self.extension.to_dict(),
             "rng": rng_state(self.shuffle),
             "kl_coef": None if self.in_reward_kl is None else self.in_reward_kl.coef,
             "reference": reference,
@@ -146,6 +149,13 @@ class RunState:
         latest = checkpoints_dir(self.run_dir) / f"ckpt_{self.global_step}.pt"
         self.last_checkpoint = latest if latest.is_file() else None
         self.recent_returns.extend(state.get("recent_returns", []))
+        self.extension = Extension.from_dict(state.get("lr_extension"))
+        total = self.cfg.trainer.total_steps
+        if state["config"]["trainer"]["total_steps"] != total:  # a new budget from here on
+            lr_now = float(self.optimizer.param_groups[0]["lr"])
+            self.extension = extend_schedule(
+                self.cfg.optim, self.global_step, lr_now, total, self.extension
+            )
         # The envs where they stood mid-episode; or, where that cannot be, fresh episodes
         # seeded from the run seed and the iteration (deterministic, not the uninterrupted run).
         e = self.cfg.env

@@ -23,7 +23,7 @@ from threadpoolctl import ThreadpoolController
 from embodied_ppo.algo.batch import prepare_batch, refresh_advantages
 from embodied_ppo.algo.compiler import probe_cpu_compiler
 from embodied_ppo.algo.reward_scaling import RewardScaler
-from embodied_ppo.algo.schedules import learning_rate
+from embodied_ppo.algo.schedules import Extension, run_learning_rate
 from embodied_ppo.algo.update import NonFiniteError, make_optimizer
 from embodied_ppo.config.scale import per_process
 from embodied_ppo.config.schema import CRITIC_FREE, Config
@@ -155,6 +155,7 @@ class Trainer(RunState):
         )
         self.global_step, self.iteration = 0, 0
         self.recent_returns: deque[float] = deque(maxlen=100)
+        self.extension: Extension | None = None  # a linear schedule's, after a new budget
         self.last_checkpoint: Path | None = None
         self.saved_iteration = -1  # the iteration the last checkpoint holds
         if resume is None:
@@ -209,7 +210,10 @@ class Trainer(RunState):
     def _iteration(self, clock: _Clock) -> dict[str, float]:
         """One iteration: collect a rollout, prepare its batch, update; returns its scalars."""
         cfg, a = self.cfg, self.cfg.algorithm
-        lr = learning_rate(cfg.optim, self.global_step / cfg.trainer.total_steps, self.updater.lr)
+        t = cfg.trainer
+        lr = run_learning_rate(
+            cfg.optim, self.global_step, t.total_steps, self.updater.lr, self.extension
+        )
         self.updater.set_lr(lr)
         t0 = time.perf_counter()
         torch.set_num_threads(self.collect_threads)
