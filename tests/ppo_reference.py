@@ -194,26 +194,45 @@ class Steps:
     max_grad_norm: float | None = 0.5
 
 
+class AdamReference:
+    """A copy of a policy trained by plain autograd and torch.optim.Adam, one full-batch step at
+    a time: the gradient clipped with torch.nn.utils.clip_grad_norm_, then Adam's step."""
+
+    def __init__(self, policy: ActorCritic, opt: Steps) -> None:
+        self.policy = copy.deepcopy(policy)
+        for p in self.policy.parameters():
+            p.data = p.data.clone()  # its own storage, whatever the original's was a view of
+        self.opt = opt
+        self.adam = torch.optim.Adam(self.policy.parameters(), lr=opt.lr, eps=opt.eps)
+
+    def step(self, rollout: dict[str, Tensor], terms: Terms) -> dict[str, float]:
+        """One step on the rollout's loss; its metrics (before the step)."""
+        loss, metrics = rollout_loss(self.policy, rollout, terms)
+        self.adam.zero_grad()
+        loss.backward()
+        if self.opt.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.opt.max_grad_norm)
+        self.adam.step()
+        return metrics
+
+    def moments(self) -> dict[str, tuple[Tensor, Tensor]]:
+        """Adam's (exp_avg, exp_avg_sq) of each named parameter."""
+        state = self.adam.state
+        return {
+            n: (state[p]["exp_avg"], state[p]["exp_avg_sq"])
+            for n, p in self.policy.named_parameters()
+        }
+
+
 def adam_steps(
     policy: ActorCritic, rollout: dict[str, Tensor], terms: Terms, steps: int, opt: Steps
-) -> tuple[ActorCritic, torch.optim.Adam, dict[str, float]]:
-    """`steps` full-batch steps of plain autograd and torch.optim.Adam on a copy of `policy`;
-    returns the copy, its optimizer and the metrics averaged over the steps."""
-    ref = copy.deepcopy(policy)
-    for p in ref.parameters():
-        p.data = p.data.clone()  # its own storage, whatever the original's was a view of
-    adam = torch.optim.Adam(ref.parameters(), lr=opt.lr, eps=opt.eps)
-    seen: list[dict[str, float]] = []
-    for _ in range(steps):
-        loss, metrics = rollout_loss(ref, rollout, terms)
-        adam.zero_grad()
-        loss.backward()
-        if opt.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(ref.parameters(), opt.max_grad_norm)
-        adam.step()
-        seen.append(metrics)
+) -> tuple[ActorCritic, dict[str, float]]:
+    """`steps` full-batch steps of `AdamReference` from `policy`; returns the trained copy and
+    the metrics averaged over the steps."""
+    ref = AdamReference(policy, opt)
+    seen = [ref.step(rollout, terms) for _ in range(steps)]
     mean = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
-    return ref, adam, mean
+    return ref.policy, mean
 
 
 def max_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import ppo_reference
 import pytest
 import torch
 from support import ROOT, make_update, random_batch, spec
@@ -55,32 +56,72 @@ def test_metrics_present():
     assert m["num_gradient_steps"] == 3 * 48 / 16
 
 
-def test_the_update_is_the_autograd_update():
-    # The same three steps written out with plain autograd and torch.optim.Adam.
-    from embodied_ppo.algo.losses import ppo_loss
-    from embodied_ppo.algo.minibatches import aggregation_weights
+def operating_batch(policy, n=48, seed=0):
+    """A batch at the policy as it stands, with every branch of the loss taken by some rows:
+    ratios from 0.22 to 4.5 (inside the clip range, past either side of it, and past the dual
+    clip's 3 with negative advantages), values moved from the old ones by less and more than
+    value_clip, and returns within and beyond huber_delta of the values."""
+    g = torch.Generator().manual_seed(seed)
+    obs, actions = torch.randn(n, 5, generator=g), torch.randn(n, 3, generator=g)
+    dist, values = ppo_reference.distribution(policy, obs)
+    with torch.no_grad():
+        logprobs = dist.log_prob(actions)
+    shift = torch.linspace(-1.5, 1.5, n)[torch.randperm(n, generator=g)]  # log old - log new
+    return {
+        "obs": obs,
+        "actions": actions,
+        "logprobs": (logprobs + shift).detach(),
+        "values": (values + 0.4 * torch.randn(n, generator=g)).detach(),
+        "advantages": torch.randn(n, generator=g),
+        "returns": (values + 8.0 * torch.randn(n, generator=g)).detach(),
+        "mask": torch.ones(n),
+    }
 
-    policy, _ = make_update("gaussian", algo_kw={"update_epochs": 1, "minibatch_size": 48})
+
+@pytest.mark.parametrize(
+    "state_dependent, compile",
+    [
+        (False, False),
+        (True, False),
+        (True, True),
+    ],  # compiled = eager: test_compiled_update_matches_eager
+    ids=["std-eager", "state-dependent-std-eager", "state-dependent-std-compiled"],
+)
+def test_the_update_is_the_autograd_update(state_dependent, compile):
+    """Two updates of one full-batch step each equal two steps of plain autograd and
+    torch.optim.Adam on the loss written out by hand (tests/ppo_reference.py): Adam's moments
+    (the clipped gradients) and the parameters after each step. With a state-dependent std the
+    head's log-std is inside its bounds, where the straight-through clamp passes gradient 1."""
     torch.manual_seed(0)
-    ref = ActorCritic(spec("gaussian"))
-    ref.obs_normalizer.update(torch.randn(100, 5) * 3)
-    assert not torch.equal(ref.action_head.weight, policy.action_head.weight)
-    opt = torch.optim.Adam(ref.parameters(), lr=1e-3, eps=1e-5)
-    b = random_batch()
-    order = torch.randperm(48, generator=torch.Generator().manual_seed(1))
-    b = {k: v[order] for k, v in b.items()}
-    w = aggregation_weights(b["mask"].reshape(1, -1), "token-mean", 8)[0]
-    lp, ent, v, _ = ref.evaluate(b["obs"], b["actions"])
-    loss, _ = ppo_loss(
-        lp, b["logprobs"], b["advantages"], ent, w, clip_ratio_low=0.2, clip_ratio_high=0.2,
-        clip_ratio_c=3.0, entropy_bonus=0.01, values=v, old_values=b["values"],
-        returns=b["returns"], value_clip=0.2, huber_delta=10.0, value_loss_coef=0.5,
-    )  # fmt: skip
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
-    opt.step()
-    for (name, a), c in zip(ref.state_dict().items(), policy.state_dict().values()):
-        assert torch.allclose(a, c, atol=1e-6), name
+    policy = ActorCritic(spec("gaussian", state_dependent_std=state_dependent))
+    policy.obs_normalizer.update(torch.randn(100, 5) * 3)
+    batch = operating_batch(policy)
+    rollout = {k: v.unsqueeze(1) for k, v in batch.items()}  # (T, N) = (48, 1)
+    terms = ppo_reference.Terms(dual_clip=3.0, entropy_bonus=0.01)  # the rest: the defaults
+    reference = ppo_reference.AdamReference(policy, ppo_reference.Steps(lr=1e-3))
+    algo = AlgorithmConfig(minibatch_size=48, update_epochs=1, clip_ratio_c=3.0, entropy_bonus=0.01)
+    upd, opt = updater(policy, algo, OptimConfig(lr=1e-3), compile=compile)
+    names = dict(policy.named_parameters())
+    for step in range(2):
+        m = reference.step(rollout, terms)
+        if step == 0:  # every branch of the loss is taken
+            assert 0.3 < m["clipfrac"] < 0.9 and m["dual_clipfrac"] > 0
+            assert 0.2 < m["value_clipfrac"] < 0.9
+            err = (batch["returns"] - reference_values(policy, batch)).abs()
+            assert (err > 10.0).any() and (err < 10.0).any()
+        metrics = upd.update(batch, 48)
+        for key, value in m.items():
+            assert metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (step, key)
+        for name, (exp_avg, exp_avg_sq) in reference.moments().items():
+            state = opt.state[names[name]]
+            assert torch.allclose(state["exp_avg"], exp_avg, atol=1e-7, rtol=1e-5), (step, name)
+            assert torch.allclose(state["exp_avg_sq"], exp_avg_sq, atol=1e-10, rtol=1e-4), name
+        assert ppo_reference.max_difference(policy, reference.policy) < 1e-6, step
+
+
+def reference_values(policy, batch):
+    with torch.no_grad():
+        return ppo_reference.distribution(policy, batch["obs"])[1]
 
 
 def test_grad_clipping_limits_the_step():

@@ -110,7 +110,7 @@ def hand_update(seen, keys):
         critic=keys["loss_type"] == "actor_critic", aggregation=keys["loss_agg_func"],
     )  # fmt: skip
     steps = ppo_reference.Steps(lr=0.02)
-    policy, _, metrics = ppo_reference.adam_steps(seen.policy, rollout, terms, 3, steps)
+    policy, metrics = ppo_reference.adam_steps(seen.policy, rollout, terms, 3, steps)
     return policy, metrics
 
 
