@@ -3,10 +3,12 @@ the update, sequence chunks, micro-batches, resume, export and the config checks
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 
 import numpy as np
+import ppo_reference
 import pytest
 import torch
 from conftest import tiny_config
@@ -193,15 +195,68 @@ def test_micro_batches_do_not_change_a_recurrent_update(tmp_path, compile):
         assert torch.allclose(v, _params(other)[k], atol=1e-5), k
 
 
+def chunked_gradient(seen, length, state="stored", padding=False, cut=True):
+    """The gradient of the captured update's loss with the policy run over chunks of `length`
+    steps of each env, written out by hand: each chunk from the state stored before its first
+    step (`state` "zeros": from zeros instead), its real steps only (`padding`: and the padded
+    last chunk's repeats of the last step, weighted like steps); `cut` False runs each env's
+    whole rollout as one sequence instead (the gradient crosses the chunk boundaries)."""
+    r = seen.rollout
+    T, N = r["mask"].shape
+    policy = copy.deepcopy(seen.policy)
+    for p in policy.parameters():
+        p.data = p.data.clone()
+    L = length if cut else T
+    columns = []  # per env: (log-prob, entropy, value, rows) of its steps, time order
+    for n in range(N):
+        parts = []
+        for t0 in range(0, T, L):
+            t = torch.arange(t0, t0 + L).clamp(max=T - 1)
+            if not padding:
+                t = t[: T - t0]
+            state0 = r["states"][t0, n : n + 1]
+            if state == "zeros":
+                state0 = torch.zeros_like(state0)
+            obs, starts = r["obs"][t, n : n + 1], r["starts"][t, n : n + 1]
+            dist, value = ppo_reference.distribution(policy, obs, state0, starts)
+            parts.append((dist.log_prob(r["actions"][t, n]), dist.entropy(), value, t))
+        columns.append([torch.cat(x) for x in zip(*parts, strict=True)])
+    # Per-step tensors (S, N), S >= T where padding repeats steps; the rollout's fields likewise.
+    logprob, entropy, value, rows = (torch.stack(x, dim=1) for x in zip(*columns, strict=True))
+    rollout = {k: r[k].gather(0, rows) for k in ("logprobs", "values", "advantages", "returns")}
+    rollout["mask"] = torch.ones_like(rollout["logprobs"])
+    loss, _ = ppo_reference.loss_terms(logprob, entropy, value, rollout, ppo_reference.Terms())
+    loss.backward()
+    return ppo_reference.flat_grad(policy)
+
+
 def test_padded_chunks_train_like_the_same_steps_unpadded(tmp_path):
-    """sequence_length 6 does not divide 16 steps: the padding has weight 0, so the update
-    trains on the 16 steps only (the loss is finite and the run completes with every step)."""
+    """sequence_length 6 does not divide 16 steps: each env's last chunk is 4 steps and 2 of
+    padding. The update's one step (all 6 chunks) has the gradient of the 32 real steps alone,
+    each chunk run from the state stored before its first step, written out by hand: not the
+    gradient with the padding weighed, from zero states, or through the chunk boundaries."""
     cfg = recurrent_config(
-        CARTPOLE, algorithm={"sequence_length": 6, "minibatch_size": 6}, trainer={"total_steps": 64}
+        CARTPOLE,
+        algorithm={"sequence_length": 6, "minibatch_size": 36, "update_epochs": 1},
+        trainer={"total_steps": 32},
     )
-    trainer = train(cfg, tmp_path / "run")
-    assert trainer.global_step == 64
-    assert all(torch.isfinite(v).all() for v in trainer.policy.state_dict().values())
+    trainer = Trainer(cfg, tmp_path / "run", progress_stream=io.StringIO())
+    seen = ppo_reference.capture(trainer, grads=True)
+    trainer.train()
+    r = seen.rollout
+    assert trainer.global_step == 32 and len(seen.grads) == 1
+    # The operating point: chunks start mid-episode with a carried state, and episodes start
+    # inside chunks.
+    assert (r["states"][[0, 6, 12]].abs().sum(-1) > 0).all()
+    assert r["starts"][1:].sum() > 0
+    expected = chunked_gradient(seen, 6)
+    assert torch.allclose(seen.grads[0], expected, atol=1e-6, rtol=1e-4)
+    for wrong in (
+        chunked_gradient(seen, 6, padding=True),
+        chunked_gradient(seen, 6, state="zeros"),
+        chunked_gradient(seen, 6, cut=False),
+    ):
+        assert (wrong - seen.grads[0]).abs().max() > 1e-4
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
