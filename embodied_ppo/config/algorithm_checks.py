@@ -5,6 +5,8 @@ is allowed."""
 
 from __future__ import annotations
 
+import math
+
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import require
 
@@ -218,6 +220,12 @@ def _envs_note(cfg: Config, world: int) -> str:
 
 
 def _divisors_hint(n: int) -> str:
-    divs = [d for d in range(1, n + 1) if n % d == 0]
+    """Up to four divisors of `n` in a usual minibatch range (32 to 4096), else its largest.
+
+    Divisors come in pairs (d, n // d) with d <= sqrt(n): O(sqrt n), so a batch of millions of
+    envs (mjlab's) costs microseconds; the message is built on every check, not only on failure.
+    """
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    divs = sorted(set(small) | {n // d for d in small})
     mid = [d for d in divs if 32 <= d <= 4096] or divs
     return ", ".join(str(d) for d in mid[-4:])

@@ -192,3 +192,21 @@ def test_global_num_envs_split_over_processes():
         match="env.num_envs: got 8 with num_envs_scope global, expected a multiple of the 3",
     ):
         per_process(cfg, 3)
+
+
+def test_the_minibatch_hint_lists_the_largest_divisors_in_the_usual_range():
+    """The minibatch refusal suggests divisors of the batch; the hint is built on every check
+    (also when the value is fine), so it must stay cheap for mjlab's batches of millions of
+    transitions. Against a brute-force scan of every candidate."""
+    from embodied_ppo.config.algorithm_checks import _divisors_hint
+
+    def brute(n: int) -> list[int]:
+        divs = [d for d in range(1, n + 1) if n % d == 0]
+        return ([d for d in divs if 32 <= d <= 4096] or divs)[-4:]
+
+    for n in [1, 2, 7, 31, 64, 97, 2048, 12288, 65521, 100000, 1 << 17]:
+        assert _divisors_hint(n) == ", ".join(map(str, brute(n))), n
+    n = 24 * 10_000_000  # 10 million envs x 24 steps
+    hint = [int(d) for d in _divisors_hint(n).split(", ")]
+    in_range = [d for d in range(32, 4097) if n % d == 0]
+    assert hint == in_range[-4:]
