@@ -119,6 +119,7 @@ class DomainRandomizer:
         data: mujoco.MjData,
         body: int,
         dt: float,
+        *,
         scales: np.ndarray | None = None,
         geoms: np.ndarray | None = None,
         friction_mode: str = "set",

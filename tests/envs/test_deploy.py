@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from embodied_ppo_envs.quadruped import ACTOR_KEYS
+from embodied_ppo_envs.quadruped_observations import ACTOR_KEYS
 
 import embodied_ppo
 

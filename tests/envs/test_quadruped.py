@@ -9,16 +9,9 @@ import mujoco
 import numpy as np
 import pytest
 from embodied_ppo_envs import TaskConfigError
-from embodied_ppo_envs.quadruped import (
-    ACTION_SCALE,
-    ACTOR_KEYS,
-    KD,
-    KP,
-    PRIVILEGED_KEYS,
-    REWARD_TERMS,
-    STAND,
-    TORQUE_LIMIT,
-)
+from embodied_ppo_envs.quadruped_observations import ACTOR_KEYS, PRIVILEGED_KEYS
+from embodied_ppo_envs.quadruped_rewards import REWARD_TERMS
+from embodied_ppo_envs.quadruped_robot import ACTION_SCALE, KD, KP, STAND, TORQUE_LIMIT
 from gymnasium.utils.env_checker import check_env
 
 FLAT, ROUGH = "EmbodiedPPO/QuadrupedFlat-v0", "EmbodiedPPO/QuadrupedRough-v0"

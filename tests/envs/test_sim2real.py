@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from embodied_ppo_envs import TaskConfigError
-from embodied_ppo_envs.quadruped import ACTION_SCALE, STAND
+from embodied_ppo_envs.quadruped_robot import ACTION_SCALE, STAND
 from embodied_ppo_envs.sim2real import ActionDelay, DomainRandomization, ObservationNoise
 from gymnasium import spaces
 
@@ -278,7 +278,7 @@ def test_the_quadruped_targets_follow_the_action_of_k_steps_before(k):
         env.step(action)
         applied = actions[t - k] if t >= k else np.zeros(12)
         expected = STAND + ACTION_SCALE * applied.astype(np.float64)
-        np.testing.assert_allclose(inner._target, expected)
+        np.testing.assert_allclose(inner.robot.target, expected)
         np.testing.assert_array_equal(inner.action, action)  # the policy still sees its own
 
 
