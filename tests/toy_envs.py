@@ -54,13 +54,17 @@ class DictEnv(gym.Env):
     """Dict observations: a small uint8 image showing a bright square where the goal is,
     the agent's own position (a vector), and the goal itself (privileged state).
 
-    reward = -|position - goal|; actions move the agent (Box, 2-D); 20-step episodes.
+    reward = -|position - goal|; actions move the agent (Box, 2-D); 20-step episodes; a step
+    within `success_distance` of the goal reports is_success 1.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, size: int = 32, render_mode: str | None = None) -> None:
+    def __init__(
+        self, size: int = 32, render_mode: str | None = None, success_distance: float = 0.2
+    ) -> None:
         self.size = size
+        self.success_distance = success_distance
         self.render_mode = render_mode
         self.observation_space = spaces.Dict(
             {
@@ -88,7 +92,8 @@ class DictEnv(gym.Env):
     def step(self, action):
         self.position = np.clip(self.position + 0.2 * np.asarray(action), -1, 1).astype(np.float32)
         distance = float(np.linalg.norm(self.position - self.goal))
-        return self._obs(), -distance, False, False, {"is_success": float(distance < 0.2)}
+        success = float(distance < self.success_distance)
+        return self._obs(), -distance, False, False, {"is_success": success}
 
     def render(self):
         return np.repeat(np.repeat(self._obs()["image"], 4, axis=0), 4, axis=1)

@@ -180,7 +180,15 @@ def test_training_stores_images_as_uint8_and_updates_vector_normalizers(tmp_path
     assert before == {k: 0.0 for k in before}  # the warm-up (40 rows), then 80 trained on
     assert all(n.count.item() == 40 + 80 for n in trainer.policy.obs_normalizers.values())
     assert buf.obs["image"].float().std() > 0
-    assert 0.0 <= summary["charts/success_rate"] <= 1.0  # the env reports is_success
+    # The env reports is_success: the rate is the share of the iteration's episodes whose last
+    # step ended within 0.2 of the goal, counted by hand from each one's last observation and
+    # (clipped) action, as DictEnv moves.
+    t, n = buf.ends.nonzero(as_tuple=True)
+    action = buf.actions[t, n].clamp(-1.0, 1.0)
+    position = (buf.obs["position"][t, n] + 0.2 * action).clamp(-1.0, 1.0)
+    flags = ((position - buf.obs["goal"][t, n]).norm(dim=-1) < 0.2).float()
+    assert len(flags) == 2 and 0.0 < flags.mean() < 1.0  # one episode each way
+    assert summary["charts/success_rate"] == pytest.approx(flags.mean().item())
     assert trainer.collector.acting.host is False  # the numpy snapshot has no CNN: torch inference
 
 
@@ -238,11 +246,30 @@ def test_a_wrong_observation_for_a_dict_policy_is_named(tmp_path):
 
 
 def test_eval_reports_the_success_rate(tmp_path):
+    """Evaluated where success is within 1.0 of the goal (so that both outcomes happen), the
+    success rate is the share of the episodes whose last step the env reported a success, as a
+    plain gymnasium loop with the deployed policy counts them."""
+    import gymnasium as gym
+
     from embodied_ppo.app.evaluate import evaluate_command
 
     Trainer(dict_config(), tmp_path, progress_stream=io.StringIO()).train()
     out = io.StringIO()
-    summary = evaluate_command(str(tmp_path), episodes=3, out=out)
-    assert summary["success_rate"] is not None and len(summary["successes"]) == 3
-    assert "success rate" in out.getvalue()
+    kwargs = ["env.kwargs.success_distance=1.0"]
+    summary = evaluate_command(str(tmp_path), episodes=6, out=out, overrides=kwargs)
+    policy = load_policy(tmp_path)
+    env = gym.make(register_dict(), success_distance=1.0)
+    flags = []
+    for seed in summary["episode_seeds"]:
+        obs, _ = env.reset(seed=seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(policy(obs))
+            done = terminated or truncated
+        flags.append(info["is_success"])
+    env.close()
+    assert 0 < sum(flags) < len(flags)  # both outcomes
+    assert summary["successes"] == flags
+    assert summary["success_rate"] == pytest.approx(sum(flags) / 6)
+    assert f"success rate {sum(flags) / 6:.0%}" in out.getvalue()
     assert load_checkpoint(tmp_path)["model_spec"]["critic_keys"] == ["goal", "position"]
