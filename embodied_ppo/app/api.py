@@ -79,6 +79,7 @@ def train(
 def evaluate(
     source: str | Path,
     episodes: int = 10,
+    *,
     deterministic: bool = True,
     seed: int | None = None,
     device: str = "cpu",

@@ -92,6 +92,7 @@ def eval_configs(
 def evaluate_command(
     source: str,
     episodes: int = 10,
+    *,
     deterministic: bool = True,
     seed: int | None = None,
     device: str = "cpu",
