@@ -93,8 +93,12 @@ MORE: dict[str, str] = {
     "trainer.compile": "performance.md#where-the-time-goes",
     "trainer.dist_backend": "scaling.md",
     "trainer.dist_timeout": "scaling.md",
+    "trainer.log_interval_steps": "commands.md#intervals-in-iterations-or-env-steps",
+    "trainer.checkpoint_interval_steps": "commands.md#intervals-in-iterations-or-env-steps",
     "trainer.eval_interval": "commands.md#evaluation-during-training",
+    "trainer.eval_interval_steps": "commands.md#intervals-in-iterations-or-env-steps",
     "trainer.video_interval": "commands.md#evaluation-during-training",
+    "optim.schedule_extension": "commands.md#train-longer",
     "trainer.wandb.project": "commands.md#weights--biases",
 }
 

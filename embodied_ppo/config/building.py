@@ -12,6 +12,7 @@ from typing import Literal, TypeVar
 import yaml
 
 from embodied_ppo.config.checks import check_config
+from embodied_ppo.config.intervals import fill_interval_units
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.types import ConfigDict, ConfigValue
@@ -181,4 +182,4 @@ def upgrade(data: ConfigDict) -> ConfigDict:
 def from_dict(data: ConfigValue, world: int | None = None) -> Config:
     """Build a Config from a nested mapping and check it (`checks.check_config`) for a run of
     `world` processes (default: as many as torchrun started this one among)."""
-    return check_config(_build(Config, data, ""), world)
+    return check_config(_build(Config, fill_interval_units(data), ""), world)

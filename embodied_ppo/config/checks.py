@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from embodied_ppo.config.algorithm_checks import check_algorithm, check_batches, check_estimator
+from embodied_ppo.config.intervals import check_intervals
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import require
 from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
@@ -178,13 +179,7 @@ def _check_trainer(cfg: Config) -> None:
 def _check_cadences(cfg: Config) -> None:
     """How often the trainer logs, checkpoints, evaluates and records, and what it keeps."""
     t = cfg.trainer
-    require(
-        t.log_interval >= 1, f"trainer.log_interval: got {t.log_interval}, expected an integer >= 1"
-    )
-    require(
-        t.checkpoint_interval >= 1,
-        f"trainer.checkpoint_interval: got {t.checkpoint_interval}, expected an integer >= 1",
-    )
+    check_intervals(t)
     require(
         t.keep_checkpoints is None or t.keep_checkpoints >= 1,
         f"trainer.keep_checkpoints: got {t.keep_checkpoints}, expected null (keep all) or an "
@@ -195,19 +190,6 @@ def _check_cadences(cfg: Config) -> None:
         f"trainer.torch_threads: got {t.torch_threads}, expected null or an integer >= 1",
     )
     require(
-        t.eval_interval is None or t.eval_interval >= 1,
-        f"trainer.eval_interval: got {t.eval_interval}, expected null (no evaluation) or an integer >= 1",
-    )
-    require(
         t.eval_episodes >= 1,
         f"trainer.eval_episodes: got {t.eval_episodes}, expected an integer >= 1",
-    )
-    require(
-        t.video_interval is None or t.video_interval >= 1,
-        f"trainer.video_interval: got {t.video_interval}, expected null (no videos) or an integer >= 1",
-    )
-    require(
-        t.video_interval is None or t.eval_interval is not None,
-        f"trainer.video_interval: got {t.video_interval} but trainer.eval_interval is null; "
-        "videos are recorded during evaluation, so set trainer.eval_interval too",
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from embodied_ppo.config.building import from_dict
+from embodied_ppo.config.intervals import overridden_unit_wins
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.types import ConfigDict, ConfigValue
@@ -52,12 +53,15 @@ def set_dotted(
 
 
 def apply_overrides(data: ConfigDict, overrides: list[str]) -> ConfigDict:
-    """Set each dotted override in a copy of `data` (a nested dict)."""
+    """Set each dotted override in a copy of `data` (a nested dict); an interval overridden in
+    one unit (iterations, env steps) replaces the other (`intervals.overridden_unit_wins`)."""
     data = copy.deepcopy(data)
+    given = []
     for text in overrides:
         parts, value = parse_override(text)
         data = set_dotted(data, parts, value, text)
-    return data
+        given.append(".".join(parts))
+    return overridden_unit_wins(data, given)
 
 
 def load_yaml(path: str | Path) -> ConfigDict:

@@ -24,6 +24,9 @@ RESUMABLE_KEYS = frozenset(
         "trainer.eval_interval",
         "trainer.eval_episodes",
         "trainer.video_interval",
+        "trainer.log_interval_steps",
+        "trainer.checkpoint_interval_steps",
+        "trainer.eval_interval_steps",
         "optim.schedule_extension",
     }
 )

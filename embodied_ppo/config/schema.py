@@ -259,8 +259,22 @@ class TrainerConfig:
     run_dir: str | None = _key(
         None, "run directory; null: `runs/<config>-seed<seed>-<date>-<time>`"
     )
-    log_interval: int = _key(1, "log metrics every this many iterations (and at the end)")
-    checkpoint_interval: int = _key(10, "checkpoint every this many iterations (and at the end)")
+    log_interval: int | None = _key(
+        1, "log metrics every this many iterations (and at the end); or log_interval_steps"
+    )
+    log_interval_steps: int | None = _key(
+        None,
+        "log metrics after the iteration that reaches each multiple of this many env steps (and "
+        "at the end); given alone, it turns log_interval off",
+    )
+    checkpoint_interval: int | None = _key(
+        10, "checkpoint every this many iterations (and at the end); or checkpoint_interval_steps"
+    )
+    checkpoint_interval_steps: int | None = _key(
+        None,
+        "checkpoint after the iteration that reaches each multiple of this many env steps (and at "
+        "the end); given alone, it turns checkpoint_interval off",
+    )
     keep_checkpoints: int | None = _key(
         None, "keep only the newest N `ckpt_<step>.pt` (`latest.pt`, `best.pt` stay); null: all"
     )
@@ -280,11 +294,20 @@ class TrainerConfig:
     )
     dist_timeout: float = _key(1800.0, "seconds a process waits for the others before it stops")
     eval_interval: int | None = _key(
-        None, "evaluate every this many iterations and after the last, keeping `best.pt`; null: off"
+        None,
+        "evaluate every this many iterations and after the last, keeping `best.pt`; null (and "
+        "eval_interval_steps null): no evaluation",
+    )
+    eval_interval_steps: int | None = _key(
+        None,
+        "evaluate after the iteration that reaches each multiple of this many env steps and "
+        "after the last, instead of eval_interval",
     )
     eval_episodes: int = _key(10, "deterministic episodes per evaluation")
     video_interval: int | None = _key(
-        None, "film the first episode of every this many evaluations; null: no videos"
+        None,
+        "film the first episode of every this many evaluations (either interval's) and of the "
+        "last; null: no videos",
     )
     wandb: WandbConfig = _key(WandbConfig, "Weights & Biases logging")
 

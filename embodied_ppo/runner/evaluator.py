@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from embodied_ppo.config.intervals import cadence
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, ConfigError, RenderError
 from embodied_ppo.io.checkpoint import checkpoints_dir, read_checkpoint
@@ -36,20 +38,34 @@ def read_best_return(run_dir: Path) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-class PeriodicEvaluator:
-    """Evaluation during training (trainer.eval_interval, eval_episodes, video_interval).
+@dataclass(frozen=True)
+class Occasion:
+    """The end of a training iteration: its number, the steps it began and ended at (all
+    processes), and whether it was the run's last."""
 
-    Runs deterministic episodes on its own env every `eval_interval` iterations and after the last
+    iteration: int
+    start_step: int
+    end_step: int
+    final: bool
+
+
+class PeriodicEvaluator:
+    """Evaluation during training (trainer.eval_interval or eval_interval_steps, eval_episodes,
+    video_interval).
+
+    Runs deterministic episodes on its own env every `eval_interval` iterations (or after the
+    iteration that reaches each multiple of `eval_interval_steps` env steps) and after the last
     one, keeps the best policy as checkpoints/best.pt, and every `video_interval` evaluations
     records the first episode to videos/ and TensorBoard. The schedule depends on the iteration
-    only, so a resumed run evaluates (and films) exactly where the uninterrupted one would.
+    and step only, so a resumed run evaluates (and films) exactly where the uninterrupted one
+    would.
     """
 
     def __init__(self, cfg: Config, run_dir: Path) -> None:
         t = cfg.trainer
-        assert t.eval_interval is not None
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.interval = t.eval_interval
+        self.cadence = cadence(t, "eval_interval")
+        assert self.cadence.on
         self.video_interval = t.video_interval
         self.seeds = eval_seeds(t.seed, t.eval_episodes)
         self.best = read_best_return(self.run_dir)
@@ -63,26 +79,23 @@ class PeriodicEvaluator:
                     f"trainer.video_interval: {exc}; or set trainer.video_interval=null"
                 ) from None
 
-    def due(self, iteration: int, num_iterations: int) -> bool:
-        """Whether an evaluation follows `iteration` (every `interval`, and the last one)."""
-        return iteration % self.interval == 0 or iteration == num_iterations
+    def due(self, when: Occasion) -> bool:
+        """Whether an evaluation follows the iteration `when` (its cadence's, and the last)."""
+        return when.final or self.cadence.due(when.iteration, when.start_step, when.end_step)
 
-    def _films(self, iteration: int, num_iterations: int) -> bool:
+    def _films(self, when: Occasion) -> bool:
         if self.video_interval is None:
             return False
-        if iteration == num_iterations:
+        if when.final:
             return True
-        return (
-            iteration % self.interval == 0
-            and (iteration // self.interval) % self.video_interval == 0
-        )
+        # Every video_interval-th evaluation: the cadence video_interval times as long.
+        films = self.cadence.times(self.video_interval)
+        return films.due(when.iteration, when.start_step, when.end_step)
 
     def evaluate(
         self,
         policy: ActorCritic,
-        iteration: int,
-        num_iterations: int,
-        global_step: int,
+        when: Occasion,
         save_best: Callable[[dict[str, float]], None],
         logger: MetricsLogger | None = None,
     ) -> dict[str, float]:
@@ -94,7 +107,8 @@ class PeriodicEvaluator:
         start = time.perf_counter()
         net = inference_net(policy).to("cpu")  # a frozen copy: one observation is fastest on CPU
         frames: list[np.ndarray] = []
-        film = self._films(iteration, num_iterations)
+        film = self._films(when)
+        global_step = when.end_step
         result = self.runner.run(
             deterministic_action(net),
             self.seeds,

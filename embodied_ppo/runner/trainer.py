@@ -25,6 +25,7 @@ from embodied_ppo.algo.compiler import probe_cpu_compiler
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.algo.schedules import Extension, run_learning_rate
 from embodied_ppo.algo.update import NonFiniteError, make_optimizer
+from embodied_ppo.config.intervals import cadence
 from embodied_ppo.config.scale import per_process
 from embodied_ppo.config.schema import CRITIC_FREE, Config
 from embodied_ppo.core.errors import TrainingError
@@ -48,7 +49,7 @@ from embodied_ppo.runner.build import (
     update_threads,
 )
 from embodied_ppo.runner.collector import RolloutStats
-from embodied_ppo.runner.evaluator import PeriodicEvaluator
+from embodied_ppo.runner.evaluator import Occasion, PeriodicEvaluator
 from embodied_ppo.runner.preflight import check_policy, resolve_device
 from embodied_ppo.runner.run_state import RunState
 from embodied_ppo.runner.scalars import RECENT_RETURN, IterationTiming, iteration_scalars
@@ -110,7 +111,7 @@ class Trainer(RunState):
 
         # Built before the training envs: with videos it picks the headless GL backend first.
         self.evaluator = None
-        if t.eval_interval is not None and self.main:
+        if cadence(t, "eval_interval").on and self.main:
             self.evaluator = PeriodicEvaluator(cfg, self.run_dir)
         # This process steps global envs offset .. offset + N - 1 (env k is the same env whatever
         # the number of processes).
@@ -183,6 +184,7 @@ class Trainer(RunState):
         clock = _Clock(self.global_step)
         scalars: dict[str, float] = {}
         stopped = False
+        checkpoints = cadence(self.cfg.trainer, "checkpoint_interval")
         try:
             while self.global_step < total:
                 if should_stop is not None and distributed.agree(should_stop()):
@@ -190,11 +192,12 @@ class Trainer(RunState):
                     if self.saved_iteration != self.iteration:
                         self.save()
                     break
+                start = self.global_step
                 scalars = self._iteration(clock)  # collect, advantages, update
                 final = self.global_step >= total
-                scalars |= self._evaluate(final, logger)
-                self._log(logger, scalars, final, clock)
-                if self.iteration % self.cfg.trainer.checkpoint_interval == 0 or final:
+                scalars |= self._evaluate(start, final, logger)
+                self._log(logger, scalars, start, final, clock)
+                if checkpoints.due(self.iteration, start, self.global_step) or final:
                     self.save()
                 self._report(scalars, final, clock)
                 if on_iteration is not None:
@@ -267,14 +270,13 @@ class Trainer(RunState):
                 f"iteration {self.iteration}: {exc}; last good checkpoint: {self._last_good()}"
             ) from None
 
-    def _evaluate(self, final: bool, logger: MetricsLogger | None) -> dict[str, float]:
-        """Evaluation during training, when it is due (also after the last iteration)."""
-        last = self.iteration if final else -1
-        if self.evaluator is None or not self.evaluator.due(self.iteration, last):
+    def _evaluate(self, start: int, final: bool, logger: MetricsLogger | None) -> dict[str, float]:
+        """Evaluation during training, when it is due after the iteration that began at step
+        `start` (also after the last iteration)."""
+        when = Occasion(self.iteration, start, self.global_step, final)
+        if self.evaluator is None or not self.evaluator.due(when):
             return {}
-        return self.evaluator.evaluate(
-            self.policy, self.iteration, last, self.global_step, self.save_best, logger
-        )
+        return self.evaluator.evaluate(self.policy, when, self.save_best, logger)
 
     def _logger(self) -> MetricsLogger | None:
         t = self.cfg.trainer
@@ -283,9 +285,15 @@ class Trainer(RunState):
         return MetricsLogger(self.run_dir, self.global_step, t.wandb, self.cfg.to_dict())
 
     def _log(
-        self, logger: MetricsLogger | None, scalars: dict[str, float], final: bool, clock: _Clock
+        self,
+        logger: MetricsLogger | None,
+        scalars: dict[str, float],
+        start: int,
+        final: bool,
+        clock: _Clock,
     ) -> None:
-        due = self.iteration % self.cfg.trainer.log_interval == 0 or final
+        logs = cadence(self.cfg.trainer, "log_interval")
+        due = logs.due(self.iteration, start, self.global_step) or final
         if logger is not None and (due or "eval/episodic_return" in scalars):
             logger.log(self.global_step, self.iteration, clock.elapsed(), scalars)
 
