@@ -1,5 +1,7 @@
 """Check the package's architecture: layers import only the layers below them, no import circle,
-no module over the size limit, a docstring on every public function and class.
+no module over the size limit, a docstring on every public function and class; and, across the
+repository (the package, its tasks in envs/ and the programs in scripts/, tests aside), no
+import circle, and no file of the benchmarks (scripts/bench/) over the size limit.
 
     python scripts/check_architecture.py            # exit 1 and one line per violation
     python scripts/check_architecture.py --graph    # also print the layer-to-layer imports
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -161,6 +164,77 @@ def _trivial(node: ast.AST) -> bool:
     return len(body) == 1 and isinstance(body[0], ast.Return) and (decorated or dunder)
 
 
+# ------------------------------------------------------------------------- the repository
+# Where each importable top-level name of the repository lives: the package, its tasks (envs/,
+# installed as embodied_ppo_envs) and its programs (scripts/, a package run from the root).
+REPOSITORY = {PACKAGE: PACKAGE, "embodied_ppo_envs": "envs", "scripts": "scripts"}
+BENCH_ROOM = "scripts/bench"  # the benchmarks: every file held to MAX_LINES
+
+
+def repository_modules() -> dict[str, Path]:
+    """Every Python module of the repository but its tests, by the dotted name it is imported as."""
+    found = {}
+    for top, folder in REPOSITORY.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([top, *parts])] = path
+    return found
+
+
+def repository_imports(name: str, path: Path, known: dict[str, Path]) -> list[Import]:
+    """The imports of repository modules by the module `name`, relative ones resolved."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    top_level = {id(n) for n in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from . import x, from ..lib import y
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(filter(None, [*up, base]))
+            targets = [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for target in targets:
+            resolved = resolve(target, known)
+            if resolved is None and name.startswith("scripts.") and not node_level(node):
+                # A program run by its path has its folder first on sys.path: a bare name
+                # there (`import bench_arm`) is the module beside it.
+                resolved = resolve(f"{package}.{target}", known)
+            if resolved is not None and resolved != name:
+                out.append(Import(name, resolved, node.lineno, id(node) not in top_level))
+    return out
+
+
+def node_level(node: ast.AST) -> int:
+    """How many dots open a `from` import (0 for an absolute one or a plain `import`)."""
+    return getattr(node, "level", 0) or 0
+
+
+def repository_problems() -> list[str]:
+    """Import circles that reach beyond the package (those inside it are found above), and
+    files of the benchmarks over MAX_LINES."""
+    known = repository_modules()
+    edges = [e for n, p in known.items() for e in repository_imports(n, p, known)]
+    inside = re.compile(rf"^{PACKAGE}(\.|$)")
+    problems = [
+        f"import circle: {' -> '.join(c)}"
+        for c in cycles(edges)
+        if not all(inside.match(m) for m in c)
+    ]
+    for path in sorted((ROOT / BENCH_ROOM).rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".sh"):
+            n = len(path.read_text().splitlines())
+            if n > MAX_LINES:
+                problems.append(f"{path.relative_to(ROOT)}: {n} lines (at most {MAX_LINES})")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", action="store_true", help="print layer-to-layer imports")
@@ -178,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = sorted({(layer(e.source), layer(e.target)) for e in edges})
         for src, dst in pairs:
             print(f"{src} -> {dst}")
+    problems += repository_problems()
     nested = [e for e in edges if e.nested]
     for p in problems:
         print(p)

@@ -18,6 +18,8 @@
 set -u
 out=${1:-gpu_check}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.."  # the repository's root: the benchmarks are its package scripts.bench
 export PYTHONUNBUFFERED=1
 unset MUJOCO_GL  # nothing here renders; a GPU machine may lack the EGL libraries
 py=${PYTHON:-python3}
@@ -43,12 +45,12 @@ step machine 20 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total
 TAIL=30 step cuda_tests 90 "$py" -m pytest -q -p no:cacheprovider -o addopts= -n 4 -rs \
     tests/runner/test_cuda.py "tests/runner/test_trainer.py::test_cuda_training_matches_cpu"
 # The compiled step's first update compiles for 16-19 s a shape on an H200 (cold cache).
-step update_cuda 180 "$py" scripts/bench_update.py --device cuda \
+step update_cuda 180 "$py" -m scripts.bench.update --device cuda \
     --shape go1 humanoid halfcheetah --rounds 1 --updates 5
-step throughput 110 "$py" scripts/bench_throughput.py --config configs/humanoid.yaml \
+step throughput 110 "$py" -m scripts.bench.throughput --config configs/humanoid.yaml \
     --device cuda --only ours_train sb3_train --iterations 2 --rounds 1 --sb3-threads 1
 # The CPU learner on the same machine last: its first compilation (a C++ module) may not end
 # inside these limits on a cold cache; the GPU's numbers above do not wait for it.
-step update_cpu 60 "$py" scripts/bench_update.py --device cpu --shape go1 --rounds 1 --updates 2
-step throughput_cpu 80 "$py" scripts/bench_throughput.py --config configs/humanoid.yaml \
+step update_cpu 60 "$py" -m scripts.bench.update --device cpu --shape go1 --rounds 1 --updates 2
+step throughput_cpu 80 "$py" -m scripts.bench.throughput --config configs/humanoid.yaml \
     --device cpu --only ours_train --iterations 2 --rounds 1

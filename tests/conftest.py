@@ -11,12 +11,9 @@ from support import ROOT
 from embodied_ppo.config.building import from_dict
 from embodied_ppo.config.schema import Config
 
-# The scripts import each other by name (scripts/ is their folder on sys.path when run); their
-# tests (tests/scripts/) import them the same way. One conftest for the whole tree: a second one
-# would take the module name `conftest` from this one.
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-# The benchmarks are the package `scripts.bench` of the repository's root, run from there.
+# The benchmarks are the package `scripts.bench` of the repository's root, run from there; their
+# tests (tests/scripts/bench/) import it the same way, whatever folder pytest starts in. One
+# conftest for the whole tree: a second one would take the module name `conftest` from this one.
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 

@@ -138,13 +138,18 @@ def compare(args) -> None:
         print(f"plot: {args.plot}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Compare the runs of OUT_DIR with `argv` (the process's arguments when None)."""
+def build_parser() -> cli_args.Parser:
+    """The comparison's command line."""
     p = cli_args.parser("scripts.bench.mjlab_learning", __doc__)
     p.add_argument("out_dir", type=Path)
     p.add_argument("--envs", type=int, default=4096, help="envs of both runs (default 4096)")
     p.add_argument("--plot", type=Path, help="write the curves to this PNG")
-    return cli_args.run_main(p, compare, argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Compare the runs of OUT_DIR with `argv` (the process's arguments when None)."""
+    return cli_args.run_main(build_parser(), compare, argv)
 
 
 if __name__ == "__main__":

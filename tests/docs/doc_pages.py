@@ -26,7 +26,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 # Pages written by a script from recorded results (edited there, not here): their inline
 # command fragments (`embodied-ppo eval --seed 10000`) name an option, not a whole command.
-GENERATED = {"docs/benchmarks.md": "scripts/benchmark_mujoco.py"}
+GENERATED = {"docs/benchmarks.md": "scripts/bench/mujoco.py"}
 
 FENCE = re.compile(r"^```(?P<lang>[\w+-]*)\n(?P<code>.*?)^```\s*$", re.M | re.S)
 MARK = re.compile(

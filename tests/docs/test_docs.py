@@ -158,7 +158,7 @@ def test_the_design_has_the_nine_rules_in_order():
 
 
 def _sources():
-    for folder in ("embodied_ppo", "envs", "scripts", "tests"):
+    for folder in ("embodied_ppo", "envs", "scripts", "examples", "tests"):
         yield from (ROOT / folder).rglob("*.py")
 
 
@@ -198,7 +198,7 @@ def test_every_file_a_page_names_exists(page):
     """A repository path written in code (`embodied_ppo/vecenv/state.py`) names a file or folder
     of the repository: a page is not left behind when code moves."""
     text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
-    roots = ("embodied_ppo/", "envs/", "tests/", "scripts/", "configs/", "docs/")
+    roots = ("embodied_ppo/", "envs/", "tests/", "scripts/", "examples/", "configs/", "docs/")
     missing = []
     for span in re.findall(r"`([^`\s]+)`", text):
         path = span.split("::")[0].rstrip(",.")

@@ -1,6 +1,6 @@
 """The documentation runs as written: each page's blocks marked `<!-- runnable -->` are executed
-in order, in one scratch folder per page that holds the repository's configs/ and scripts/, with
-the budgets their marks substitute (see doc_pages.py for the marks)."""
+in order, in one scratch folder per page that holds the repository's configs/, scripts/ and
+examples/, with the budgets their marks substitute (see doc_pages.py for the marks)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class Session:
 
 
 # What the folder a page runs in holds of the repository, as a clone's root does.
-LINKED = ("configs", "scripts")
+LINKED = ("configs", "scripts", "examples")
 
 
 def run_page(page: Path, folder: Path, state: Path) -> None:

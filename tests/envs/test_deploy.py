@@ -54,7 +54,7 @@ def test_the_deploy_script_acts_as_the_trained_policy(tiny_run, tmp_path):
     onnx, meta_path, _ = embodied_ppo.export(tiny_run, "onnx", tmp_path / "policy.onnx")
     assert set(json.loads(meta_path.read_text())["input_names"]) == set(ACTOR_KEYS)
     record = tmp_path / "run.npz"
-    script = ROOT / "scripts" / "deploy_quadruped.py"
+    script = ROOT / "examples" / "deploy" / "quadruped.py"
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, str(script), str(onnx), "--seconds", "2",
          "--schedule", "0,0.8,0,0", "1,0,0,0.5", "5,0,0,0", "--noise", "joint_vel=1.5",

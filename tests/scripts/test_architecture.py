@@ -78,3 +78,95 @@ def test_long_modules_and_missing_docstrings_are_found(tree, capsys):
     assert module.main([]) == 1
     out = capsys.readouterr().out
     assert "embodied_ppo.core.big: 401 lines" in out and "public has no docstring" in out
+
+
+@pytest.fixture
+def repository(tmp_path, monkeypatch):
+    """A repository of our own (the package, envs/ and scripts/), checked the same way."""
+    module = load()
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+
+    def write(files: dict[str, str]) -> None:
+        base = {"embodied_ppo/__init__.py": "", "envs/__init__.py": "", "scripts/__init__.py": ""}
+        for name, text in {**base, **files}.items():
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text))
+
+    return module, write
+
+
+def test_an_import_circle_among_the_benchmarks_is_found(repository, capsys):
+    module, write = repository
+    write({
+        "scripts/bench/__init__.py": "",
+        "scripts/bench/lib/__init__.py": "",
+        "scripts/bench/lib/stats.py": "from scripts.bench.report import page\n",
+        "scripts/bench/report/__init__.py": "",
+        "scripts/bench/report/page.py": "def f():\n    from ..lib import stats\n",
+    })  # fmt: skip
+    assert module.main([]) == 1
+    assert (
+        "import circle: scripts.bench.lib.stats -> scripts.bench.report.page -> "
+        "scripts.bench.lib.stats"
+    ) in capsys.readouterr().out
+
+
+def test_an_import_circle_of_programs_run_by_their_path_is_found(repository, capsys):
+    """A program run by its path imports the modules beside it by their bare names."""
+    module, write = repository
+    write({
+        "scripts/bench_mujoco.py": "import bench_arm\n",
+        "scripts/bench_arm.py": "from bench_mujoco import cli\n",
+    })  # fmt: skip
+    assert module.main([]) == 1
+    assert "import circle: scripts.bench_arm -> scripts.bench_mujoco -> scripts.bench_arm" in (
+        capsys.readouterr().out
+    )
+
+
+def test_an_import_circle_across_the_package_its_tasks_and_its_programs_is_found(
+    repository, capsys
+):
+    module, write = repository
+    write({
+        "embodied_ppo/core/__init__.py": "",
+        "embodied_ppo/core/errors.py": '"""Errors."""\nimport embodied_ppo_envs.reach\n',
+        "envs/reach.py": "from scripts import tool\n",
+        "scripts/tool.py": "from embodied_ppo.core import errors\n",
+    })  # fmt: skip
+    assert module.main([]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "import circle: embodied_ppo.core.errors -> embodied_ppo_envs.reach -> scripts.tool -> "
+        "embodied_ppo.core.errors"
+    ) in out
+
+
+def test_a_repository_without_circles_passes_and_the_tests_do_not_count(repository, capsys):
+    module, write = repository
+    write({
+        "envs/reach.py": "import numpy\n",
+        "scripts/bench/__init__.py": "",
+        "scripts/bench/arm.py": "from scripts.bench import lib\nfrom embodied_ppo_envs import reach\n",
+        "scripts/bench/lib.py": "import embodied_ppo\n",
+        "tests/test_a.py": "from scripts.bench import arm\n",
+        "scripts/tests_helper.py": "",
+    })  # fmt: skip
+    assert module.main([]) == 0, capsys.readouterr().out
+
+
+def test_a_benchmark_file_over_the_limit_is_found_and_a_tool_is_not(repository, capsys):
+    module, write = repository
+    write({
+        "scripts/bench/__init__.py": "",
+        "scripts/bench/big.py": "x = 1\n" * 401,
+        "scripts/bench/run.sh": "true\n" * 401,
+        "scripts/bench/ok.py": "x = 1\n" * 400,
+        "scripts/tool.py": "x = 1\n" * 900,  # a tool outside the benchmarks: not held to it
+    })  # fmt: skip
+    assert module.main([]) == 1
+    out = capsys.readouterr().out
+    assert "scripts/bench/big.py: 401 lines (at most 400)" in out
+    assert "scripts/bench/run.sh: 401 lines (at most 400)" in out
+    assert "ok.py" not in out and "tool.py" not in out

@@ -9,8 +9,8 @@ joint encoders, the command), optionally with sensor noise and an action delay; 
 percentiles are printed at the end.
 
     embodied-ppo export runs/quadruped_flat --format onnx --out policy.onnx
-    python scripts/deploy_quadruped.py policy.onnx --seconds 10 --command 1.0 0 0
-    python scripts/deploy_quadruped.py policy.onnx --schedule 0,1,0,0 5,0,0,1 10,0,0,0 \\
+    python examples/deploy/quadruped.py policy.onnx --seconds 10 --command 1.0 0 0
+    python examples/deploy/quadruped.py policy.onnx --schedule 0,1,0,0 5,0,0,1 10,0,0,0 \\
         --noise joint_vel=1.5 --noise base_ang_vel=0.2 --delay 1 --record run.npz
 
 The ONNX file's JSON (written beside it by `export`) names the policy's inputs; `--config`
@@ -30,7 +30,7 @@ import mujoco
 import numpy as np
 import onnxruntime as ort
 
-MJCF = Path(__file__).resolve().parent.parent / "envs" / "assets" / "quadruped.xml"
+MJCF = Path(__file__).resolve().parents[2] / "envs" / "assets" / "quadruped.xml"
 # The robot, as its control stack knows it (the same numbers as the training task):
 # standing pose per leg FR, FL, RR, RL (hip, thigh, knee; rad), legged_gym's A1 pose;
 STAND = np.array([-0.1, 0.8, -1.5, 0.1, 0.8, -1.5, -0.1, 1.0, -1.5, 0.1, 1.0, -1.5])

@@ -1,50 +1,26 @@
-"""scripts/benchmark_mujoco.py: seeds, evaluation, continuing across invocations, the report."""
+"""scripts/bench/mujoco.py and the page it writes: seeds, evaluation, continuing across
+invocations, the report."""
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from bench_support import run_module, write_config
 from support import ROOT
 
 import embodied_ppo
-
-SCRIPT = ROOT / "scripts" / "benchmark_mujoco.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_mujoco", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scripts.bench import mujoco
+from scripts.bench.lib import proc, tasks
+from scripts.bench.lib.runs import first_reached, run_settings
+from scripts.bench.report import mujoco_rows, page
 
 
-def write_config(path: Path) -> Path:
-    path.write_text(
-        "# Tiny Pendulum: what was tuned\n# and what mattered.\n"
-        + yaml.safe_dump(
-            {
-                "env": {"id": "Pendulum-v1", "num_envs": 2, "max_episode_steps": 50},
-                "model": {"hidden_sizes": [16, 16]},
-                "algorithm": {"rollout_steps": 32, "update_epochs": 1, "minibatch_size": 32},
-                "trainer": {"total_steps": 1000, "compile": False, "device": "cpu"},
-            }
-        )
-    )
-    return path
-
-
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True
-    )
+def run_script(*args: str):
+    return run_module("scripts.bench.mujoco", *args)
 
 
 def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
@@ -61,12 +37,17 @@ def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
     assert stopped.stopped and stopped.global_step == 128
     args = ["--configs", str(config), "--seeds", "1", "2", "--sb3-seeds", "--steps", "256"]
     args += ["--root", str(root), "--out", str(out)]
-    proc = run_script(*args)
-    assert proc.returncode == 0, proc.stderr
+    ran = run_script(*args)
+    assert ran.returncode == 0, ran.stderr
     # A budget other than the default 1M steps is recorded under the config's name and budget.
     results = json.loads((root / "results.json").read_text())["tiny_256"]
     assert results["env_id"] == "Pendulum-v1" and results["steps"] == 256
     assert sorted(results["ours"]) == ["1", "2"]
+    # Each seed's record says which command, commit and machine measured it.
+    for seed in ("1", "2"):
+        prov = results["ours"][seed]["provenance"]
+        assert prov["command"] == "python -m scripts.bench.mujoco " + " ".join(args)
+        assert len(prov["commit"]) == 40 and prov["machine"]["cores"] >= 1
     for seed in ("1", "2"):
         run = root / "tiny_256" / f"seed{seed}"
         steps = [
@@ -98,7 +79,6 @@ def test_seeds_are_trained_evaluated_resumed_and_reported(tmp_path):
 
 
 def test_time_to_reach_adds_up_the_clocks_of_resumed_processes(tmp_path):
-    module = load_script()
     rows = [(100, 10.0, 5.0), (200, 20.0, 50.0), (300, 4.0, 150.0), (400, 8.0, 400.0)]
     (tmp_path / "metrics.jsonl").write_text(
         "\n".join(
@@ -107,46 +87,45 @@ def test_time_to_reach_adds_up_the_clocks_of_resumed_processes(tmp_path):
         )
     )
     # The third row comes from a resumed process: its clock restarted at 0.
-    reached = module.first_reached(tmp_path, (40, 100, 300, 1000))
+    reached = first_reached(tmp_path, (40, 100, 300, 1000))
     assert reached == {"40": [200, 20.0], "100": [300, 24.0], "300": [400, 28.0], "1000": None}
 
 
 def test_the_target_column_says_met_or_missed_with_the_mean():
-    module = load_script()
-    assert module.target_status("Walker2d", 1_000_000, [4600.0, 4500.0]) == ">= 4500: met"
-    assert module.target_status("Walker2d", 1_000_000, [4600.0, 4000.0]) == (
+    assert mujoco_rows.target_status("Walker2d", 1_000_000, [4600.0, 4500.0]) == ">= 4500: met"
+    assert mujoco_rows.target_status("Walker2d", 1_000_000, [4600.0, 4000.0]) == (
         ">= 4500: **missed** (4300)"
     )
     # The IQM decides, not the mean: one failed seed of five does not sink it.
-    assert module.target_status("Walker2d", 1_000_000, [0.0] + [4600.0] * 4) == ">= 4500: met"
-    assert module.target_status("Walker2d", 500_000, [5000.0]) == "-"  # no target for 500k
-    assert module.target_status("Pendulum", 1_000_000, [0.0]) == "-"
+    assert mujoco_rows.target_status("Walker2d", 1_000_000, [0.0] + [4600.0] * 4) == ">= 4500: met"
+    assert mujoco_rows.target_status("Walker2d", 500_000, [5000.0]) == "-"  # no target for 500k
+    assert mujoco_rows.target_status("Pendulum", 1_000_000, [0.0]) == "-"
     # Humanoid has a target at each budget; the timed returns include both.
-    assert module.target_status("Humanoid", 10_000_000, [5600.0]) == ">= 5500: met"
-    assert module.target_status("Humanoid", 1_000_000, [1200.0]) == (">= 1300: **missed** (1200)")
-    assert module.thresholds("Humanoid") == (700, 1300, 5500)
-    assert module.thresholds("Hopper") == (1000, 2000, 3300)
+    assert mujoco_rows.target_status("Humanoid", 10_000_000, [5600.0]) == ">= 5500: met"
+    assert mujoco_rows.target_status("Humanoid", 1_000_000, [1200.0]) == (
+        ">= 1300: **missed** (1200)"
+    )
+    assert tasks.thresholds("Humanoid") == (700, 1300, 5500)
+    assert tasks.thresholds("Hopper") == (1000, 2000, 3300)
 
 
 def test_a_budget_other_than_1m_gets_its_own_name():
-    module = load_script()
     config = Path("configs/humanoid.yaml")
-    assert module.record_name(config, 1_000_000) == "humanoid"
-    assert module.record_name(config, 10_000_000) == "humanoid_10M"
-    assert module.record_name(config, 500_000) == "humanoid_500k"
-    assert module.record_name(config, 2_500_000) == "humanoid_2500k"
-    assert module.record_name(config, 256) == "humanoid_256"
+    assert mujoco.record_name(config, 1_000_000) == "humanoid"
+    assert mujoco.record_name(config, 10_000_000) == "humanoid_10M"
+    assert mujoco.record_name(config, 500_000) == "humanoid_500k"
+    assert mujoco.record_name(config, 2_500_000) == "humanoid_2500k"
+    assert mujoco.record_name(config, 256) == "humanoid_256"
 
 
 def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch):
-    module = load_script()
     plots = []
 
     def plot(args):  # the curves' `plot` commands
         plots.append(args)
         Path(args[args.index("--out") + 1]).write_bytes(b"png")
 
-    monkeypatch.setattr(module, "cli", plot)
+    monkeypatch.setattr(proc, "cli", plot)
     done = {"wall_s": 60.0, "eval": {"mean": 100.0, "std": 1.0}, "reached": {}}
     results = {
         name: {"env_id": env_id, "steps": 1000, "ours": {"1": done}, "sb3": {"1": done}}
@@ -157,7 +136,7 @@ def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch)
         (tmp_path / name / "seed1" / "metrics.jsonl").write_text("")
     (tmp_path / "images").mkdir()
     out = tmp_path / "benchmarks.md"
-    module.report(results, out, tmp_path)
+    page.report(results, out, tmp_path)
     assert len(plots) == 2
     assert "![a, tuning seeds 1](images/benchmark_a_tuning.png)" in out.read_text()
     lines = out.read_text().splitlines()
@@ -173,24 +152,23 @@ def test_the_report_table_keeps_every_config_in_one_table(tmp_path, monkeypatch)
 def test_the_report_is_rewritten_from_the_results_file_when_the_runs_are_gone(
     tmp_path, monkeypatch
 ):
-    module = load_script()
     plots = []
-    monkeypatch.setattr(module, "cli", plots.append)
+    monkeypatch.setattr(proc, "cli", plots.append)
     done = {"wall_s": 60.0, "eval": {"mean": 100.0}, "reached": {"1000": None}}
     results = {"a": {"env_id": "Hopper-v5", "steps": 1000, "ours": {"1": done}, "sb3": {}}}
     out = tmp_path / "docs" / "benchmarks.md"
     (out.parent / "images").mkdir(parents=True)
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     # No run folder: nothing to plot, and no curve that does not exist is linked.
     assert plots == [] and "benchmark_a_tuning.png" not in out.read_text()
     image = out.parent / "images" / "benchmark_a_tuning.png"
     image.write_bytes(b"png")  # drawn by an earlier run
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     assert plots == [] and "(images/benchmark_a_tuning.png)" in out.read_text()
     assert "| `a` | 1,000 | tuning 1 | 100 [100, 100] |" in out.read_text()
     assert "- `a`:" not in out.read_text()
     results["a"]["remarks"] = ["ran beside other work: its wall time is not comparable."]
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     lines = out.read_text().splitlines()
     row = next(i for i, x in enumerate(lines) if x.startswith("| `a` | 1,000 | tuning 1"))
     assert lines[row + 1 : row + 3] == [
@@ -200,8 +178,7 @@ def test_the_report_is_rewritten_from_the_results_file_when_the_runs_are_gone(
 
 
 def test_evaluation_and_tuning_seeds_are_reported_apart(tmp_path, monkeypatch):
-    module = load_script()
-    monkeypatch.setattr(module, "cli", lambda args: None)
+    monkeypatch.setattr(proc, "cli", lambda args: None)
 
     def done(value: float) -> dict:
         curve = [[s, value * s / 3000] for s in (1000, 2000, 3000)]
@@ -214,7 +191,7 @@ def test_evaluation_and_tuning_seeds_are_reported_apart(tmp_path, monkeypatch):
         "ant": {"env_id": "Ant-v5", "steps": 1_000_000, "ours": {"1": done(3000.0)}, "sb3": {}},
     }  # fmt: skip
     out = tmp_path / "docs" / "benchmarks.md"
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     text = out.read_text()
     # The IQM of 900, 3500, 3650, 3700, 3800 weighs 3500 and 3700 by 3/4; Hopper's target 3300.
     iqm = (0.75 * 3500 + 3650 + 0.75 * 3700) / 2.5
@@ -230,12 +207,11 @@ def test_evaluation_and_tuning_seeds_are_reported_apart(tmp_path, monkeypatch):
 
 
 def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, monkeypatch):
-    module = load_script()
-    monkeypatch.setattr(module, "cli", lambda args: None)
+    monkeypatch.setattr(proc, "cli", lambda args: None)
     results = {"a": {"env_id": "Hopper-v5", "steps": 1000, "ours": {}, "sb3": {}}}
     out = tmp_path / "docs" / "benchmarks.md"
     out.parent.mkdir()
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     assert "## Memory tasks" not in out.read_text()  # no results file: no section
 
     def record(values: list[float]) -> dict:
@@ -246,7 +222,7 @@ def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, m
     bench = out.parent / "bench"
     bench.mkdir()
     (bench / "recurrent_cartpole.json").write_text(json.dumps(record([500.0] * 9 + [100.0])))
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     lines = out.read_text().splitlines()
     row = next(x for x in lines if x.startswith("| `configs/cartpole_pomdp.yaml` | 100,000 | ours"))
     assert "| evaluation 100-109 | 500.0 [" in row and "| 100.0 (seed 109) |" in row
@@ -256,7 +232,7 @@ def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, m
     assert "- `recurrent_cartpole.json`: beside work" in lines
     # One seed fewer at the target misses the requirement.
     (bench / "recurrent_cartpole.json").write_text(json.dumps(record([500.0] * 8 + [100.0] * 2)))
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     assert "| >= 475: 8 of 10 (100-107) | 90% of seeds: **missed** |" in out.read_text()
     # The policy the config keeps (best.pt) is held to the same requirement.
     kept = record([500.0] * 8 + [100.0] * 2)
@@ -264,7 +240,7 @@ def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, m
         str(100 + i): {"mean": 500.0, "wall_s": 40.0} for i in range(10)
     }
     (bench / "recurrent_cartpole.json").write_text(json.dumps(kept))
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     best = next(x for x in out.read_text().splitlines() if "| ours_best |" in x)
     assert "| >= 475: 10 of 10 (100-109) | 90% of seeds: met |" in best
     assert "iqm.png" not in out.read_text()  # no curves: no band drawn
@@ -272,24 +248,23 @@ def test_the_memory_tasks_table_is_computed_from_their_results_files(tmp_path, m
     for run in kept["results"]["ours"].values():
         run["curve"] = [[0, 20.0], [100_000, run["mean"]]]
     (bench / "recurrent_cartpole.json").write_text(json.dumps(kept))
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     image = "images/recurrent_cartpole_evaluation_iqm.png"
     assert f"![cartpole, evaluation seeds]({image})" in out.read_text().splitlines()
     assert (out.parent / image).stat().st_size > 0
 
 
 def test_the_arm_tasks_table_closes_the_report(tmp_path, monkeypatch):
-    module = load_script()
-    monkeypatch.setattr(module, "cli", lambda args: None)
+    monkeypatch.setattr(proc, "cli", lambda args: None)
     results = {"a": {"env_id": "Hopper-v5", "steps": 1000, "ours": {}, "sb3": {}}}
     out = tmp_path / "docs" / "benchmarks.md"
     (out.parent / "bench").mkdir(parents=True)
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     assert "## Arm tasks" not in out.read_text()  # no results file: no section
     runs = {str(s): {"success_rate": 0.96, "wall_s": 60.0, "curve": [[0, 0.0], [10, 50.0]]}
             for s in (100, 101)}  # fmt: skip
     (out.parent / "bench" / "arm.json").write_text(json.dumps({"reach": runs}))
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     text = out.read_text()
     assert "## Arm tasks" in text and "| `configs/reach.yaml` | evaluation 100, 101 |" in text
     assert "![reach, evaluation seeds](images/arm_reach_evaluation_iqm.png)" in text
@@ -303,9 +278,9 @@ def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
     results_file.write_text(json.dumps({"tiny_256": {
         "env_id": "Pendulum-v1", "steps": 256, "ours": {"1": done}, "sb3": {}}}))  # fmt: skip
     out = tmp_path / "report.md"
-    proc = run_script("--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
+    ran = run_script("--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
                       "--root", str(root), "--results", str(results_file), "--out", str(out))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert ran.returncode == 0, ran.stderr
     assert not (root / "tiny_256" / "seed1").exists()  # its run folder is gone; it is not redone
     assert json.loads(results_file.read_text())["tiny_256"]["ours"]["1"] == done
     assert "| `tiny_256` | 256 | tuning 1 | 100 [100, 100] |" in out.read_text()
@@ -314,10 +289,9 @@ def test_a_seed_in_the_results_file_is_not_trained_again(tmp_path):
 def test_a_config_changed_since_its_recorded_runs_is_refused(tmp_path):
     config = write_config(tmp_path / "tiny.yaml")
     results_file = tmp_path / "kept.json"
-    module = load_script()
     done = {"wall_s": 60.0, "eval": {"mean": 100.0}, "reached": {}}
     record = {"env_id": "Pendulum-v1", "steps": 256, "ours": {"1": done}, "sb3": {},
-              "config_digest": module.config_digest(config)}  # fmt: skip
+              "config_digest": mujoco.config_digest(config)}  # fmt: skip
     results_file.write_text(json.dumps({"tiny_256": record}))
     args = ["--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
             "--root", str(tmp_path / "bench"), "--results", str(results_file),
@@ -330,53 +304,50 @@ def test_a_config_changed_since_its_recorded_runs_is_refused(tmp_path):
     data["env"]["processes"] = 2
     data.setdefault("trainer", {})["torch_threads"] = 1
     config.write_text(yaml.safe_dump(data))
-    assert module.config_digest(config) == record["config_digest"]
+    assert mujoco.config_digest(config) == record["config_digest"]
     assert run_script(*args).returncode == 0
     config.write_text(config.read_text().replace("hidden_sizes:\n  - 16", "hidden_sizes:\n  - 32"))
     before = results_file.read_text(), sorted((tmp_path / "bench").rglob("*"))
-    proc = run_script(*args)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert "changed since the runs recorded as 'tiny_256'" in proc.stderr
+    ran = run_script(*args)
+    assert ran.returncode == 2 and ran.stderr.count("\n") == 1
+    assert "changed since the runs recorded as 'tiny_256'" in ran.stderr
     assert (results_file.read_text(), sorted((tmp_path / "bench").rglob("*"))) == before
 
 
 def test_a_record_is_saved_without_dropping_another_invocations(tmp_path):
-    module = load_script()
     results_file = tmp_path / "results.json"
     a1, b, a2 = ({"env_id": "X-v5", "steps": n} for n in (1, 2, 3))
-    module.save_record(results_file, "a", a1)
+    mujoco.save_record(results_file, "a", a1)
     # Another invocation, started before "a" was written, saves its own config.
-    module.save_record(results_file, "b", b)
-    module.save_record(results_file, "a", a2)
+    mujoco.save_record(results_file, "b", b)
+    mujoco.save_record(results_file, "a", a2)
     assert json.loads(results_file.read_text()) == {"a": a2, "b": b}
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
-    proc = run_script("--configs", str(tmp_path / "missing.yaml"), "--root", str(tmp_path / "b"))
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such config" in proc.stderr
+    ran = run_script("--configs", str(tmp_path / "missing.yaml"), "--root", str(tmp_path / "b"))
+    assert ran.returncode == 2 and ran.stderr.count("\n") == 1 and "no such config" in ran.stderr
     assert not (tmp_path / "b").exists()
     # Stable-Baselines3 has no zoo settings here for the classic-control tasks.
-    proc = run_script("--configs", str(ROOT / "configs" / "cartpole.yaml"), "--steps", "100000",
+    ran = run_script("--configs", str(ROOT / "configs" / "cartpole.yaml"), "--steps", "100000",
                       "--root", str(tmp_path / "b"))  # fmt: skip
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert "no RL Zoo settings here for CartPole-v1" in proc.stderr
+    assert ran.returncode == 2 and ran.stderr.count("\n") == 1
+    assert "no RL Zoo settings here for CartPole-v1" in ran.stderr
     assert not (tmp_path / "b").exists()
 
 
 def test_the_classic_control_configs_have_a_target_at_their_own_budget():
-    module = load_script()
     for config in ("cartpole", "pendulum", "cartpole_grpo"):
         cfg = embodied_ppo.load_config(ROOT / "configs" / f"{config}.yaml")
-        fam = module.family(cfg.env.id)
-        assert module.target_of(fam, cfg.trainer.total_steps) is not None, config
-        assert module.record_name(ROOT / f"{config}.yaml", cfg.trainer.total_steps) == (
-            f"{config}_{module.steps_label(cfg.trainer.total_steps)}"
+        fam = tasks.family(cfg.env.id)
+        assert tasks.target_of(fam, cfg.trainer.total_steps) is not None, config
+        assert mujoco.record_name(ROOT / f"{config}.yaml", cfg.trainer.total_steps) == (
+            f"{config}_{mujoco.steps_label(cfg.trainer.total_steps)}"
         )
 
 
 def test_run_settings_reach_every_invocation_and_are_recorded(tmp_path, monkeypatch):
     """--set gives each run (fresh or resumed) the run settings, and the record names them."""
-    module = load_script()
     calls = []
 
     def fake_cli(args):
@@ -386,12 +357,12 @@ def test_run_settings_reach_every_invocation_and_are_recorded(tmp_path, monkeypa
                 json.dumps({"mean_return": 1.0, "std_return": 0.0})
             )
 
-    monkeypatch.setattr(module, "cli", fake_cli)
-    monkeypatch.setattr(module, "first_reached", lambda run, thresholds: {})
-    monkeypatch.setattr(module, "training_curve", lambda run: [])
+    monkeypatch.setattr(proc, "cli", fake_cli)
+    monkeypatch.setattr(mujoco, "first_reached", lambda run, thresholds: {})
+    monkeypatch.setattr(mujoco, "training_curve", lambda run: [])
     config, run = write_config(tmp_path / "tiny.yaml"), tmp_path / "run"
-    settings = module.run_settings(["trainer.torch_threads=1", "env.processes=1"])
-    record = module.run_ours(config, 3, 256, run, 2, settings)
+    settings = run_settings(["trainer.torch_threads=1", "env.processes=1"])
+    record = mujoco.run_ours(config, 3, 256, run, 2, settings)
     assert calls[0][:2] == ["train", str(config)]
     assert calls[0][-2:] == ["trainer.torch_threads=1", "env.processes=1"]
     assert record["settings"] == [["trainer.torch_threads=1", "env.processes=1"]]
@@ -400,7 +371,7 @@ def test_run_settings_reach_every_invocation_and_are_recorded(tmp_path, monkeypa
     (run / "checkpoints" / "latest.pt").write_bytes(b"")
     (run / "benchmark.json").write_text(json.dumps({"wall_s": 1.0}))
     calls.clear()
-    module.run_ours(config, 3, 256, run, 2, ["env.threads=2"])
+    mujoco.run_ours(config, 3, 256, run, 2, ["env.threads=2"])
     assert calls[0] == ["train", "--resume", str(run), "env.threads=2"]
 
 
@@ -408,167 +379,15 @@ def test_run_settings_reach_every_invocation_and_are_recorded(tmp_path, monkeypa
 def test_a_setting_that_changes_what_a_run_learns_is_refused(tmp_path, value):
     config = write_config(tmp_path / "tiny.yaml")
     root = tmp_path / "bench"
-    proc = run_script("--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
+    ran = run_script("--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256",
                       "--root", str(root), "--set", value)  # fmt: skip
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert f"--set {value}: expected KEY=VALUE" in proc.stderr
+    assert ran.returncode == 2 and ran.stderr.count("\n") == 1
+    assert f"--set {value}: expected KEY=VALUE" in ran.stderr
     assert not root.exists()
-    arm = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_arm.py"), "--tasks", "reach",
-         "--root", str(root), "--results", str(tmp_path / "arm.json"), "--set", value],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
-    assert arm.returncode == 2 and arm.stderr.startswith("bench_arm.py: error: --set")
+    arm = run_module("scripts.bench.arm", "--tasks", "reach", "--root", str(root),
+                     "--results", str(tmp_path / "arm.json"), "--set", value)  # fmt: skip
+    assert arm.returncode == 2 and arm.stderr.startswith("scripts.bench.arm: error: --set")
     assert not root.exists() and not (tmp_path / "arm.json").exists()
-
-
-def load_bench_settings(tmp_path, schedule: str = "constant"):
-    """bench_throughput.py and its settings for a config with early_stop_kl 0.06."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_throughput", ROOT / "scripts" / "bench_throughput.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    config = write_config(tmp_path / "tiny.yaml")
-    data = yaml.safe_load(config.read_text().split("\n", 2)[2])
-    data["algorithm"]["early_stop_kl"] = 0.06
-    data.setdefault("optim", {})["schedule"] = schedule
-    config.write_text(yaml.safe_dump(data))
-    return bench, bench.settings_from_args(argparse.Namespace(config=str(config)))
-
-
-def test_bench_throughput_gives_ours_the_configs_early_stop(tmp_path):
-    # early_stop_kl changes how many gradient steps an update takes: a side-by-side timing
-    # that dropped it would compare different amounts of work.
-    bench, s = load_bench_settings(tmp_path)
-    assert s["early_stop_kl"] == 0.06
-    assert bench.ours_config(s, 2, str(tmp_path / "run"), 1).algorithm.early_stop_kl == 0.06
-
-
-def test_bench_throughput_gives_stable_baselines3_the_configs_early_stop(tmp_path):
-    pytest.importorskip("stable_baselines3")  # the .[bench] extra
-    bench, s = load_bench_settings(tmp_path)
-    model, _ = bench.sb3_model(s, 1, 10_000)
-    assert model.target_kl == pytest.approx(0.06 / 1.5)  # its rule: stop past 1.5 x target_kl
-
-
-def test_bench_throughput_gives_stable_baselines3_the_configs_learning_rate_schedule(tmp_path):
-    # Under early stopping the rate decides how many gradient steps an update takes: both
-    # contenders must take iteration k's update at the same rate.
-    from embodied_ppo.algo.schedules import learning_rate
-    from embodied_ppo.config.schema import OptimConfig
-
-    bench, s = load_bench_settings(tmp_path, "linear")
-    assert s["schedule"] == "linear"
-    assert bench.ours_config(s, 4, str(tmp_path / "run"), 1).optim.schedule == "linear"
-    batch = s["rollout_steps"] * s["num_envs"]
-    total = 4 * batch
-    schedule = bench.sb3_learning_rate(s, total)
-    optim = OptimConfig(lr=s["lr"], schedule="linear")
-    for k in range(4):
-        # Stable-Baselines3 asks its schedule after rollout k, ours sets the rate before it.
-        theirs = schedule(1.0 - (k + 1) * batch / total)
-        assert theirs == pytest.approx(learning_rate(optim, k * batch / total))
-    assert theirs > 0.0
-    _, s = load_bench_settings(tmp_path)
-    assert bench.sb3_learning_rate(s, total) == s["lr"]
-
-
-def test_bench_throughput_counts_our_gradient_steps_from_the_metrics(tmp_path):
-    bench, _ = load_bench_settings(tmp_path)
-    metrics = tmp_path / "metrics.jsonl"
-    rows = [{"iteration": 1, "losses/num_gradient_steps": 4.0}, {"iteration": 2}]
-    rows.append({"iteration": 3, "losses/num_gradient_steps": 3.0})
-    metrics.write_text("\n".join(json.dumps(r) for r in rows))
-    assert bench.logged_gradient_steps(metrics) == 7
-    metrics.write_text("\n".join(json.dumps(r) for r in rows[1:]))  # iteration 1 not logged
-    assert bench.logged_gradient_steps(metrics) is None
-
-
-def test_bench_throughput_counts_stable_baselines3s_gradient_steps(tmp_path):
-    pytest.importorskip("stable_baselines3")  # the .[bench] extra
-    bench, s = load_bench_settings(tmp_path)
-    s["early_stop_kl"] = None
-    # 2 envs x 32 steps a rollout, one epoch of minibatches of 32: 2 steps per iteration.
-    assert bench.worker("sb3_whole", s, 128, 1) == {"steps": 128, "gradient_steps": 4}
-
-
-def test_bench_throughput_refuses_a_schedule_stable_baselines3_lacks(tmp_path):
-    _, s = load_bench_settings(tmp_path, "adaptive")
-    config = tmp_path / "tiny.yaml"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 2
-    assert "optim.schedule: adaptive has no Stable-Baselines3 counterpart" in proc.stderr
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("hidden", [[64, 64], [32], [256, 128, 64]])
-def test_bench_update_counts_the_products_flops_as_torch_does(hidden):
-    """The GFLOP/s that `--profile` reports rest on this count: torch's own FLOP counter of a
-    forward and backward pass of the same MLPs (no input gradient) must agree."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    obs_dim, act_dim, rows = 17, 6, 64
-    nets = [
-        torch.nn.Sequential(
-            *[torch.nn.Linear(i, o) for i, o in zip([obs_dim, *hidden], [*hidden, out])]
-        )
-        for out in (act_dim, 1)
-    ]
-    x = torch.randn(rows, obs_dim)
-    with FlopCounterMode(display=False) as counter:
-        sum(net(x).sum() for net in nets).backward()
-    expected = load("bench_update").matmul_flops(obs_dim, act_dim, hidden, rows)
-    assert expected == counter.get_total_flops()
-
-
-def test_profile_collection_splits_a_vector_step_of_env_processes():
-    config = ROOT / "configs" / "cartpole.yaml"
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "profile_collection.py"),
-            str(config),
-            "env.processes=2",
-            "algorithm.rollout_steps=64",
-            "--rollouts",
-            "2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr
-    ms = {}
-    for line in out.stdout.splitlines()[1:]:
-        name, value = line.rsplit(None, 2)[0].strip(), float(line.split()[-2])
-        ms.setdefault(name, value)  # the first "(the rest)" is the vector env's
-    assert "2 processes" in out.stdout.splitlines()[0]
-    assert 0 < ms["local group"] < ms["vector env"] < ms["envs.step"]
-    assert ms["waiting"] > 0 and ms["sending"] > 0 and ms["inference"] > 0
-
-
-def test_profile_collection_refuses_bad_input_in_one_line():
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "profile_collection.py"), "missing.yaml"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode != 0
-    assert out.stderr.strip().count("\n") == 0 and "missing.yaml" in out.stderr
 
 
 def test_a_config_with_a_periodic_evaluation_is_also_scored_by_the_policy_it_keeps(tmp_path):
@@ -578,8 +397,8 @@ def test_a_config_with_a_periodic_evaluation_is_also_scored_by_the_policy_it_kee
     config.write_text(yaml.safe_dump(settings))
     root, out = tmp_path / "bench", tmp_path / "docs" / "benchmarks.md"
     args = ["--configs", str(config), "--seeds", "1", "--sb3-seeds", "--steps", "256"]
-    proc = run_script(*args, "--root", str(root), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
+    ran = run_script(*args, "--root", str(root), "--out", str(out))
+    assert ran.returncode == 0, ran.stderr
     record = json.loads((root / "results.json").read_text())["tiny_256"]["ours"]["1"]
     run = root / "tiny_256" / "seed1"
     kept = json.loads((run / "benchmark_eval_kept.json").read_text())
@@ -593,8 +412,7 @@ def test_a_config_with_a_periodic_evaluation_is_also_scored_by_the_policy_it_kee
 
 
 def test_the_kept_policies_row_has_their_own_statistics_and_steps(tmp_path, monkeypatch):
-    module = load_script()
-    monkeypatch.setattr(module, "cli", lambda args: None)
+    monkeypatch.setattr(proc, "cli", lambda args: None)
 
     def done(final: float, kept: float | None) -> dict:
         record = {"wall_s": 60.0, "eval": {"mean": final}, "reached": {}}
@@ -607,7 +425,7 @@ def test_the_kept_policies_row_has_their_own_statistics_and_steps(tmp_path, monk
     results = {"walker2d": {"env_id": "Walker2d-v5", "steps": 1_000_000, "ours": ours, "sb3": {}}}
     out = tmp_path / "docs" / "benchmarks.md"
     (out.parent / "images").mkdir(parents=True)
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     lines = out.read_text().splitlines()
     final_row = next(i for i, x in enumerate(lines) if x.startswith("| `walker2d` | 1,000,000"))
     row = lines[final_row + 1]  # right under the final policies' row, in the same table
@@ -617,7 +435,7 @@ def test_the_kept_policies_row_has_their_own_statistics_and_steps(tmp_path, monk
     assert "> 3589, worst >= 2871: **missed** |" in lines[final_row]  # 467 sinks the final one
     # A record without a kept policy (a config without periodic evaluation): no such row.
     ours["104"] = done(4300, None)
-    module.report(results, out, tmp_path / "no_runs")
+    page.report(results, out, tmp_path / "no_runs")
     assert "kept policy" not in "\n".join(
         x for x in out.read_text().splitlines() if x.startswith("| `walker2d`")
     )
@@ -627,15 +445,26 @@ def test_the_committed_report_holds_every_recorded_configs_current_header():
     # docs/benchmarks.md quotes each config's header; a header edited without regenerating
     # the report (`benchmark_mujoco.py --report-only`) leaves the page saying what the config
     # no longer says.
-    bench = load_script()
     page = (ROOT / "docs" / "benchmarks.md").read_text()
     results = json.loads((ROOT / "docs" / "bench" / "mujoco.json").read_text())
     configs = {rec["config"] for rec in results.values() if "config" in rec}
     assert configs, "no config recorded in docs/bench/mujoco.json"
     for config in sorted(configs):
-        header = bench.header_comment(ROOT / config)
+        header = mujoco_rows.header_comment(ROOT / config)
         assert header, f"{config} has no header"
         assert f"### `{config}`\n\n{header}\n" in page, (
             f"docs/benchmarks.md does not hold {config}'s current header: "
-            "run `python scripts/benchmark_mujoco.py --report-only`"
+            "run `python -m scripts.bench.mujoco --report-only`"
         )
+
+
+def test_the_committed_page_is_what_the_results_give():
+    """docs/benchmarks.md is written from docs/bench (the MuJoCo, memory and arm results, with
+    the images drawn beside it): a number on the page that no record gives, or a record
+    changed without the page, fails here (`python -m scripts.bench.mujoco --report-only`)."""
+    results = json.loads((ROOT / "docs" / "bench" / "mujoco.json").read_text())
+    text = page.page_text(results, ROOT / "runs" / "benchmark", ROOT / "docs", draw=False)
+    assert (ROOT / "docs" / "benchmarks.md").read_text() == text, (
+        "docs/benchmarks.md is not what its records give: run "
+        "`python -m scripts.bench.mujoco --report-only`"
+    )

@@ -1,4 +1,4 @@
-"""Statistics over seeds for the benchmark scripts: what a table of runs reports per config.
+"""Statistics over seeds for the benchmarks: what a table of runs reports per config.
 
 Few seeds and mean +- std mislead (Agarwal et al., "Deep Reinforcement Learning at the Edge of
 the Statistical Precipice", NeurIPS 2021). Each config's runs are summarized instead by:
@@ -20,17 +20,14 @@ Learning curves get the same per point: the IQM over seeds and its bootstrap ban
 resample drawing whole runs (one draw of seeds for every point of the curve).
 
 Higher is better everywhere (returns, success rates). numpy only: rliable brings arch, pandas,
-statsmodels and seaborn for these few lines; tests/scripts/test_benchstats.py checks this module
+statsmodels and seaborn for these few lines; tests/scripts/bench/test_stats.py checks this module
 against it where it is installed (the `bench` extra).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,35 +41,6 @@ GROUPS = ("evaluation", "tuning")  # the order a report gives them
 RESAMPLES = 10_000  # bootstrap resamples per interval
 BOOTSTRAP_SEED = 0  # the resampling generator's seed: the same report every time
 CONFIDENCE = 0.95
-
-
-def read_results(path: Path, records: str | None = None) -> dict:
-    """A benchmark script's results file (a JSON object), {} when there is none yet; with
-    `records`, every value in it must be an object holding that key (one record per config or
-    task). Anything else stops the script in one line (exit status 2) before a run starts, the
-    file untouched."""
-    if not path.exists():
-        return {}
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        results = exc
-    if isinstance(results, dict) and records is not None:
-        whole = all(isinstance(r, dict) and records in r for r in results.values())
-        results = results if whole else None
-    if not isinstance(results, dict):
-        print(f"{Path(sys.argv[0]).name}: error: {path} is not a results file of this script",
-              file=sys.stderr)  # fmt: skip
-        sys.exit(2)
-    return results
-
-
-def write_results(path: Path, results: dict) -> None:
-    """Write a results file whole or not at all: into a temporary file, then moved into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(path)
 
 
 def iqm_weights(n: int) -> np.ndarray:
@@ -224,32 +192,6 @@ def by_group(per_seed: Mapping[int | str, Any]) -> dict[str, dict[str, Any]]:
         if part:
             out[group] = part
     return out
-
-
-def plot_bands(
-    bands: Mapping[str, Band], out: Path, title: str, ylabel: str = "training return"
-) -> None:
-    """Draw IQM curves with their 95% bands (one per label) into a PNG (matplotlib: the
-    `plot` extra)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for label, band in bands.items():
-        line = ax.plot(band.steps, band.iqm, label=f"{label}: IQM of {len(band.seeds)} seeds")
-        ax.fill_between(band.steps, band.low, band.high, color=line[0].get_color(), alpha=0.25)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel(ylabel)
-    # Two lines: a long config name and its seeds fill the plot's width by themselves.
-    ax.set_title(f"{title}\n(shaded: 95% bootstrap CI)", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
 
 
 # ----------------------------------------------------------------------- table cells

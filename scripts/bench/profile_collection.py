@@ -16,59 +16,50 @@ collections with a clock around each part of a vector step:
 
 Threads are as in training: one torch thread and one BLAS thread while collecting.
 
-    python scripts/profile_collection.py configs/humanoid.yaml
-    python scripts/profile_collection.py configs/humanoid.yaml env.processes=1 --rollouts 8
+    python -m scripts.bench.profile_collection configs/humanoid.yaml
+    python -m scripts.bench.profile_collection configs/humanoid.yaml env.processes=1 --rollouts 8
 
 `--pipes` steps env processes by pipe messages instead of doorbells (vecenv.workers), for a
 side-by-side comparison of the two transports: run both, alternating, e.g.
 
-    for i in 1 2 3; do python scripts/profile_collection.py configs/humanoid.yaml
-                       python scripts/profile_collection.py configs/humanoid.yaml --pipes; done
+    for i in 1 2 3; do python -m scripts.bench.profile_collection configs/humanoid.yaml
+                       python -m scripts.bench.profile_collection configs/humanoid.yaml --pipes
+    done
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
-import functools
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from scripts.bench.lib import args as cli_args
+from scripts.bench.lib.timing import timed
 
-
-def timed(owner: Any, name: str, clock: collections.Counter, key: str) -> None:
-    """Wrap `owner.name` (a class or an instance attribute) so its calls add to clock[key]."""
-    inner: Callable[..., Any] = getattr(owner, name)
-
-    @functools.wraps(inner)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            clock[key] += time.perf_counter() - start
-
-    setattr(owner, name, wrapper)
+MODULE = "scripts.bench.profile_collection"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def build_parser() -> cli_args.Parser:
+    """The profile's command line."""
+    p = cli_args.parser(MODULE, __doc__)
     p.add_argument("config")
     p.add_argument("overrides", nargs="*", help="config overrides, key=value")
     p.add_argument("--rollouts", type=int, default=4, help="timed rollouts (default 4)")
     p.add_argument("--pipes", action="store_true", help="env processes: pipes, not doorbells")
-    args = p.parse_args()
-    if args.rollouts < 1:
-        sys.exit("error: --rollouts must be at least 1")
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the profile with `argv` (the process's arguments when None)."""
+    return cli_args.run_main(build_parser(), profile, argv)
+
+
+def profile(args) -> None:
+    """Build the run, collect, time each part, print the split."""
+    if args.rollouts < 1:
+        raise cli_args.BadInput("--rollouts must be at least 1")
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -84,7 +75,7 @@ def main() -> None:
     try:
         cfg = load_config(args.config, [*args.overrides, "trainer.compile=false"])
     except UserError as exc:
-        sys.exit(f"error: {exc}")
+        raise cli_args.BadInput(str(exc)) from None
     clock: collections.Counter = collections.Counter()
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, Path(run_dir))
@@ -141,4 +132,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,62 +16,55 @@ without them). `--physics-only` times the env's step alone with random actions, 
 ended episodes included (random actions topple a legged robot, whose falls and resets cost more
 than a walking policy's steps: the physics of a task that keeps resetting, not a ceiling).
 
-    python scripts/profile_mjlab.py configs/mjlab_go1_flat.yaml
-    python scripts/profile_mjlab.py configs/mjlab_go1_flat.yaml env.num_envs=1024 --iterations 5
-    python scripts/profile_mjlab.py configs/mjlab_go1_flat.yaml trainer.device=cpu \\
+    python -m scripts.bench.profile_mjlab configs/mjlab_go1_flat.yaml
+    python -m scripts.bench.profile_mjlab configs/mjlab_go1_flat.yaml env.num_envs=1024 --iterations 5
+    python -m scripts.bench.profile_mjlab configs/mjlab_go1_flat.yaml trainer.device=cpu \\
         env.num_envs=16 algorithm.minibatch_size=96 --iterations 2
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
-import functools
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from scripts.bench.lib import args as cli_args
+from scripts.bench.lib.timing import timed
 
-
-def timed(owner: Any, name: str, clock: collections.Counter, key: str, sync: Callable) -> None:
-    """Wrap `owner.name` so its calls add their seconds to clock[key] (synchronized)."""
-    inner: Callable[..., Any] = getattr(owner, name)
-
-    @functools.wraps(inner)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        """The wrapped call, timed."""
-        sync()
-        start = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            sync()
-            clock[key] += time.perf_counter() - start
-
-    setattr(owner, name, wrapper)
+MODULE = "scripts.bench.profile_mjlab"
 
 
-def main() -> None:
-    """Parse the arguments, build the run, time its iterations, print the split."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> cli_args.Parser:
+    """The profile's command line."""
+    p = cli_args.parser(MODULE, __doc__)
     p.add_argument("config")
     p.add_argument("overrides", nargs="*", help="config overrides, key=value")
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--physics-only", action="store_true", help="time mjlab's step alone")
-    args = p.parse_args()
+    return p
 
-    # In the function: the path to the package is set up above, before these imports.
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the profile with `argv` (the process's arguments when None)."""
+    return cli_args.run_main(build_parser(), profile, argv)
+
+
+def profile(args) -> None:
+    """Build the run, time its iterations, print the split."""
+    if args.iterations < 1:
+        raise cli_args.BadInput("--iterations must be at least 1")
     import torch
 
     from embodied_ppo.config.loading import load_config
+    from embodied_ppo.core.errors import UserError
     from embodied_ppo.runner.trainer import Trainer
 
-    cfg = load_config(args.config, args.overrides)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except UserError as exc:
+        raise cli_args.BadInput(str(exc)) from None
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, Path(run_dir))
         device = trainer.device
@@ -138,4 +131,4 @@ class _Clock:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Quadruped runs into records and curves: `record` collects runs of the legged configs into one
+JSON for docs/bench, `curve` draws their learning curves.
+
+    python -m scripts.bench.quadruped record --out docs/bench/quadruped_flat.json \\
+        --run seed0=runs/flat_s0 --run seed1=runs/flat_s1 \\
+        --eval seed0:main=runs/flat_s0/eval.json --note "..."
+    python -m scripts.bench.quadruped curve runs/quadruped_flat --out docs/images/quadruped_curve.png
+
+`record` keeps, per run: its config overrides, wall time, steps, its learning curve (training
+and periodic-evaluation metrics, every `--every`-th iteration and every iteration with a
+periodic evaluation) and its eval.json files (their per-episode logs dropped), and the
+record's provenance (the collecting command, commit, date, machine; each run trained before
+it, on the machine the note names).
+
+`curve` draws the periodic deterministic evaluation's velocity tracking errors, fall rate and
+return against environment steps (the training episodes' values, as a moving average, faint
+behind them), a terrain-level panel where a run has one, and prints each run's training time.
+
+A run that was stopped and resumed continues from its checkpoint's step with a clock that
+starts again at 0: its time is the sum of the stretches (lib/runs.py, `stitched`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from scripts.bench.lib import args as cli_args
+from scripts.bench.lib import records
+from scripts.bench.lib.runs import stitched
+
+MODULE = "scripts.bench.quadruped"
+KEYS = (
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "metrics/tracking_error_lin",
+    "metrics/tracking_error_yaw",
+    "metrics/fall_rate",
+    "metrics/terrain_level",
+    "eval/metrics/tracking_error_lin",
+    "eval/metrics/tracking_error_yaw",
+    "eval/metrics/fall_rate",
+    "eval/metrics/terrain_level",
+    "eval/episodic_return",
+    "losses/std",
+)
+PANELS = [
+    ("metrics/tracking_error_lin", "linear velocity error (m/s)"),
+    ("metrics/tracking_error_yaw", "yaw rate error (rad/s)"),
+    ("metrics/fall_rate", "episodes ending in a fall"),
+    ("episodic_return", "return"),
+]
+
+
+def _clean(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def curve(run: Path, every: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A run's curve points (every `every`-th row, every evaluated row and the last) and its
+    steps, iterations and training time."""
+    rows, wall = stitched(run)
+    points = []
+    for i, row in enumerate(rows):
+        if i % every and "eval/metrics/tracking_error_lin" not in row and i != len(rows) - 1:
+            continue
+        point = {"step": row["global_step"], "time_s": round(row["wall"], 1)}
+        point.update({k: _clean(row[k]) for k in KEYS if k in row})
+        points.append(point)
+    last = rows[-1]
+    summary = {"steps": last["global_step"], "iterations": last["iteration"],
+               "wall_s": round(wall, 1)}  # fmt: skip
+    return points, summary
+
+
+def record(args, argv: list[str]) -> None:
+    """Collect the runs and their evaluations into one record."""
+    import yaml
+
+    runs: dict[str, Any] = {}
+    for item in args.run:
+        name, eq, path = item.partition("=")
+        run = Path(path)
+        if not eq or not (run / "metrics.jsonl").is_file():
+            raise cli_args.BadInput(f"--run {item}: expected NAME=RUN_DIR of a run")
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        points, summary = curve(run, args.every)
+        runs[name] = {
+            "run_dir": str(run),
+            "env_id": config["env"]["id"],
+            "seed": config["trainer"]["seed"],
+            "env_kwargs": config["env"]["kwargs"],
+            **summary,
+            "curve": points,
+            "eval": {},
+        }
+    for item in args.eval:
+        key, eq, path = item.partition("=")
+        name, _, label = key.partition(":")
+        if not eq or name not in runs or not Path(path).is_file():
+            raise cli_args.BadInput(f"--eval {item}: expected NAME:LABEL=EVAL_JSON of a --run")
+        data = json.loads(Path(path).read_text())
+        data.pop("episode_logs", None)  # per-episode logs: the means are kept
+        runs[name]["eval"][label] = data
+    out = {"note": args.note, "runs": runs, "provenance": records.provenance(MODULE, argv)}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+def draw(args) -> None:
+    """The learning curves of the runs into one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    for run in args.runs:
+        if not (run / "metrics.jsonl").is_file():
+            raise cli_args.BadInput(f"{run}: no metrics.jsonl")
+    read = [stitched(run) for run in args.runs]
+    panels = list(PANELS)
+    if any("metrics/terrain_level" in r for rows, _ in read for r in rows):  # rough ground
+        panels.append(("metrics/terrain_level", "terrain level (curriculum)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+    for i, (run, (rows, seconds)) in enumerate(zip(args.runs, read, strict=True)):
+        name = args.label[i] if i < len(args.label) else run.name
+        label = f"{name} ({rows[-1]['global_step'] / 1e6:.1f}M steps, {seconds / 60:.0f} min)"
+        for ax, (key, title) in zip(axes, panels, strict=True):
+            train_key = f"charts/{key}" if key == "episodic_return" else key
+            train = [(r["global_step"] / 1e6, r[train_key]) for r in rows if train_key in r]
+            evals = [(r["global_step"] / 1e6, r[f"eval/{key}"]) for r in rows if f"eval/{key}" in r]
+            if train:  # a moving average over 50 logged iterations
+                steps, values = zip(*train)
+                smooth = [
+                    sum(values[max(0, k - 49) : k + 1]) / min(k + 1, 50) for k in range(len(values))
+                ]
+                ax.plot(steps, smooth, color=f"C{i}", alpha=0.3, linewidth=0.8)
+            if evals:
+                ax.plot(*zip(*evals), color=f"C{i}", marker=".", label=label)
+            ax.set_title(title, fontsize=10)
+            ax.set_xlabel("environment steps (millions)")
+            ax.grid(alpha=0.3)
+        print(f"{name}: {rows[-1]['global_step']:,} steps in {seconds / 60:.1f} min")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        "deterministic evaluation (points) and training episodes (faint, moving average)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=90)
+    print(f"wrote {args.out}")
+
+
+def build_parser() -> cli_args.Parser:
+    """The command line: its two subcommands."""
+    p = cli_args.parser(MODULE, __doc__)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=cli_args.Parser)
+    rec = sub.add_parser("record", help="collect runs into one JSON record")
+    rec.add_argument("--out", required=True)
+    rec.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR")
+    rec.add_argument("--eval", action="append", default=[], metavar="NAME:LABEL=EVAL_JSON")
+    rec.add_argument("--every", type=int, default=20)
+    rec.add_argument("--note", default="")
+    cur = sub.add_parser("curve", help="draw the runs' learning curves")
+    cur.add_argument("runs", nargs="+", type=Path, help="run directories")
+    cur.add_argument("--label", action="append", default=[], help="a name per run (default: dir)")
+    cur.add_argument("--out", default="quadruped_curve.png")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a subcommand with `argv` (the process's arguments when None)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+
+    def body(args) -> None:
+        if args.command == "record":
+            if not args.run:
+                raise cli_args.BadInput("record: at least one --run NAME=RUN_DIR")
+            if args.every < 1:
+                raise cli_args.BadInput("--every must be at least 1")
+            record(args, argv)
+        else:
+            draw(args)
+
+    return cli_args.run_main(build_parser(), body, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
