@@ -335,13 +335,13 @@ def test_eval_runs_episodes_of_the_task(mjlab, tmp_path):
 @pytest.mark.parametrize("mode", [["--physics-only"], []], ids=["physics-only", "split"])
 def test_profile_script_runs_past_episode_ends(mjlab, mode):
     # Episodes of 5 steps: both modes step past many ends, which the envs must reset.
-    script = ROOT / "scripts" / "profile_mjlab.py"
     tiny = [
         "trainer.device=cpu", "trainer.compile=false", "env.num_envs=4",
         "env.max_episode_steps=5", "model.hidden_sizes=[32]", "algorithm.rollout_steps=8",
         "algorithm.minibatch_size=16", "--iterations", "1",
     ]  # fmt: skip
-    args = [sys.executable, str(script), "configs/mjlab_go1_flat.yaml", *tiny, *mode]
+    args = [sys.executable, "-m", "scripts.bench.profile_mjlab", "configs/mjlab_go1_flat.yaml",
+            *tiny, *mode]  # fmt: skip
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     expected = "physics alone" if mode else "whole iteration"
