@@ -52,6 +52,54 @@ def read_video(path: Path) -> list[np.ndarray]:
         reader.close()
 
 
+def difference(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean absolute difference of two frames' pixel values."""
+    return float(np.abs(a.astype(np.int16) - b).mean())
+
+
+def assert_film(frames: list[np.ndarray], count: int, shape: tuple, lit) -> None:
+    """`count` frames of `shape`, every one a rendered picture (`lit`: not black, not blank),
+    and a scene that moves: no frame is the picture of the frame 5 steps later (one frame
+    repeated differs from itself by < 0.001 after the codec; the scenes here by > 0.05)."""
+    assert len(frames) == count
+    for i, frame in enumerate(frames):
+        assert frame.shape == shape and lit(frame), f"frame {i} of {count}"
+    for i in range(len(frames) - 5):
+        assert difference(frames[i], frames[i + 5]) > 0.02, f"frames {i} and {i + 5} are alike"
+
+
+def cartpole_lit(frame: np.ndarray) -> bool:
+    """CartPole's picture: a white background (not black) with the cart and pole (not blank)."""
+    return frame.mean() > 100 and frame.std() > 5
+
+
+def replayed_frames(run_dir: Path, seeds: list[int]) -> list[np.ndarray]:
+    """CartPole's own renders of the deployed policy's episodes, in a plain gymnasium loop: the
+    reset's frame and one per step."""
+    policy = load_policy(run_dir)
+    env = gym.make("CartPole-v1", render_mode="rgb_array")
+    frames = []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        frames.append(env.render())
+        done = False
+        while not done:
+            obs, _, terminated, truncated, _ = env.step(int(policy(obs)))
+            frames.append(env.render())
+            done = terminated or truncated
+    env.close()
+    return frames
+
+
+def assert_same_pictures(decoded: list[np.ndarray], rendered: list[np.ndarray]) -> None:
+    """Each decoded frame is its rendered frame: the codec moves a pixel far (> 64 in a channel)
+    at no more than 1e-4 of the pixels; the cart one step on, at more (up to 5e-4 five on)."""
+    assert len(decoded) == len(rendered)
+    for i, (a, b) in enumerate(zip(decoded, rendered, strict=True)):
+        far = (np.abs(a.astype(np.int16) - b).max(axis=-1) > 64).mean()
+        assert far < 3e-4, f"frame {i}: {far:.2e} of its pixels are not the rendered frame's"
+
+
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {
         str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
@@ -137,10 +185,11 @@ def test_eval_video_has_one_frame_per_step_plus_resets(cartpole_run, tmp_path):
         out=io.StringIO(),
     )
     frames = read_video(video)
-    assert len(frames) == sum(summary["lengths"]) + 2  # reset frame + one per step, per episode
-    assert frames[0].shape == (400, 600, 3)  # CartPole renders 600x400
+    # The reset's frame and one per step, of every episode; CartPole renders 600x400.
+    assert_film(frames, sum(summary["lengths"]) + 2, (400, 600, 3), cartpole_lit)
     assert summary["video_frames"] == len(frames) and summary["video_size"] == [600, 400]
-    assert frames[0].mean() > 100  # a real picture: white background with a cart, not black
+    # Every frame is the one CartPole renders at that step of the deployed policy's episodes.
+    assert_same_pictures(frames, replayed_frames(cartpole_run, summary["episode_seeds"]))
     assert not list(video.parent.glob(".*partial*"))
 
 
@@ -231,9 +280,9 @@ def test_mujoco_video_headless_picks_a_backend_and_exits_cleanly(mujoco_run, tmp
     assert proc.stderr == ""  # no EGL/OpenGL tracebacks or "Exception ignored" at interpreter exit
     summary = json.loads((tmp_path / "e.json").read_text())
     frames = read_video(video)
-    assert len(frames) == sum(summary["lengths"]) + 2
-    assert frames[0].shape == (480, 480, 3)
-    assert frames[0].std() > 5  # a rendered scene, not a blank frame
+    # Every frame a rendered scene (the pendulum lit on a dark ground: not blank), moving.
+    assert_film(frames, sum(summary["lengths"]) + 2, (480, 480, 3), lambda f: f.std() > 5)
+    assert summary["video_frames"] == len(frames)
 
 
 def test_mujoco_video_when_no_renderer_can_start(mujoco_run):
@@ -312,8 +361,14 @@ def test_evaluation_during_training(tmp_path):
     # Videos every 2nd evaluation (iteration 4) and after the last one; first episode only.
     videos = sorted(p.name for p in (run_dir / "videos").iterdir())
     assert videos == ["eval-step128.mp4", "eval-step160.mp4"]
+    # The first evaluation episode is filmed, every frame: after the last iteration, the
+    # episode that evaluating the final policy with the run's seed repeats.
+    final = evaluate_command(str(run_dir), 2, json_path=str(tmp_path / "f.json"), out=io.StringIO())
     frames = read_video(run_dir / "videos" / "eval-step160.mp4")
-    assert frames[0].shape == (400, 600, 3) and len(frames) >= 2
+    assert_film(frames, final["lengths"][0] + 1, (400, 600, 3), cartpole_lit)
+    assert_same_pictures(frames, replayed_frames(run_dir, final["episode_seeds"][:1]))
+    earlier = read_video(run_dir / "videos" / "eval-step128.mp4")
+    assert_film(earlier, len(earlier), (400, 600, 3), cartpole_lit)
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
