@@ -42,10 +42,10 @@ from typing import Any
 
 from scripts.bench.lib import args as cli_args
 from scripts.bench.lib import ppo_settings, proc, records, sidebyside
+from scripts.bench.lib.tasks import SPEED_HEADLINE
 
 MODULE = "scripts.bench.whole_process"
-# The README's speed table: each config with its budget.
-HEADLINE = (("configs/halfcheetah.yaml", 200_000), ("configs/humanoid.yaml", 500_000))
+HEADLINE = SPEED_HEADLINE  # the README's speed table: each config with its budget
 HEADLINE_RECORD = records.BENCH / "whole_process.json"
 PAIRS = {"ours / sb3 (speed)": ("sb3_whole", "ours_whole")}
 BASELINE_PAIR = {"ours / before (speed)": ("before_whole", "ours_whole")}

@@ -65,6 +65,9 @@ def target_of(fam: str, steps: int) -> float | None:
     return TARGETS.get(steps, {}).get(fam)
 
 
+# The README's speed table (scripts.bench.whole_process): each config with its budget.
+SPEED_HEADLINE = (("configs/halfcheetah.yaml", 200_000), ("configs/humanoid.yaml", 500_000))
+
 # ------------------------------------------------------------------------------ arm tasks
 ARM_EPISODES = 100  # deterministic test episodes per seed
 # The success rate at which a seed counts as having learned the task.

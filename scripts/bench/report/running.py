@@ -91,6 +91,12 @@ CATALOG: tuple[Entry, ...] = (
         "seconds (it reads finished runs; their training: docs/legged.md)",
     ),
     Entry(
+        "scripts.bench.headlines",
+        "python -m scripts.bench.headlines",
+        "the generated blocks of README.md and docs/performance.md, from docs/bench",
+        "seconds",
+    ),
+    Entry(
         "scripts.bench.profile_mjlab",
         "python -m scripts.bench.profile_mjlab configs/mjlab_go1_flat.yaml env.num_envs=4096 "
         "--iterations 5",
