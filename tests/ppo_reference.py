@@ -289,9 +289,9 @@ def capture(trainer, grads: bool = False) -> Captured:
         seen.metrics = update(batch, num_steps, refresh)
         return seen.metrics
 
-    def spy_step(mb, weights, lr, adam):
+    def spy_step(mb, weights):
         seen.grads.append(updater.step.grads(mb, weights)[0].clone())
-        return step(mb, weights, lr, adam)
+        return step(mb, weights)
 
     updater.update = spy_update
     if grads:

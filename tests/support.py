@@ -9,7 +9,7 @@ import torch
 from embodied_ppo.algo.losses import ppo_loss
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.algo.settings import UpdateSettings
-from embodied_ppo.algo.update import PPOUpdate, make_optimizer
+from embodied_ppo.algo.update import PPOUpdate
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.buffer import RolloutBuffer
@@ -72,7 +72,6 @@ def make_update(
     optim = OptimConfig(lr=1e-3, **(optim_kw or {}))
     upd = PPOUpdate(
         policy,
-        make_optimizer(policy, optim),
         torch.Generator().manual_seed(1),
         UpdateSettings(algo, optim, compile=compile),
     )

@@ -1,8 +1,8 @@
 """One gradient step of the PPO update, written once in torch and compiled.
 
 A step is: the policy's forward pass on a minibatch, `losses.ppo_loss`, its gradient
-(`torch.func.grad` of that function), gradient clipping, and torch's own Adam on the optimizer's
-state. Nothing here re-implements the model, the loss or its gradient: speed comes from
+(`torch.func.grad` of that function), gradient clipping, and torch's own Adam on the state the
+step keeps. Nothing here re-implements the model, the loss or its gradient: speed comes from
 `torch.compile` fusing the whole step into a few kernels (and, on a GPU, from CUDA graphs where
 they apply). Without a working compiler, or with `trainer.compile: false`, the same functions run
 eagerly.
@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 from torch.optim.adam import adam as adam_step
 
+from embodied_ppo.algo.adam_state import AdamState, FlatAdam
 from embodied_ppo.algo.compiler import (
     _await_probe,
     _is_compile_failure,
@@ -38,24 +39,25 @@ from embodied_ppo.algo.schedules import adapt_learning_rate
 from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
 from embodied_ppo.core.text import first_line
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.model.actor_critic import ActorCritic
-
-# Adam's flat state: (moments, second moments, step count).
-AdamState = tuple[Tensor, Tensor, Tensor]
-
 
 # The last three entries of `step`'s and `apply`'s vectors.
 STEP_FIELDS = ("grad_norm", "skipped", "nonfinite")
 
 
 class GradientStep:
-    """The update's gradient step for `policy` and `optimizer` (a torch.optim.Adam).
+    """The update's gradient step for `policy`, with Adam.
 
-    The trainable parameters live in one flat tensor (the module's parameters are views of it),
-    and so do Adam's moments (the optimizer's per-parameter state entries are views of those):
-    a step is one gradient vector, one clipping norm and one Adam update, and the compiled graph
-    has a handful of inputs. State dicts are unchanged (per-parameter tensors); a loaded
-    optimizer state is packed into the flat moments at the next step.
+    The step owns what it writes: the trainable parameters as one flat tensor, a working copy
+    of the policy's (the loss takes them as views of it, through `torch.func`), and Adam's
+    moments and step count, flat too (`adam_state.FlatAdam`). A step is one gradient vector,
+    one clipping norm and one Adam update, and the compiled graph has a handful of inputs,
+    each created once (under CUDA graphs their addresses never change). The policy's own
+    parameters are read into the working copy when an update begins (`pull`) and written
+    back, in place, when it ends (`push`), as an optimizer updates the parameters it was
+    given; nothing else of the policy is changed. Checkpoints keep Adam's state in
+    torch.optim.Adam's form (`state_dict`).
 
     `grads` computes one (micro-)batch's gradient and metrics; `apply` clips a (summed)
     gradient and takes the Adam step; `step` is both in one call (one compiled graph), for
@@ -71,24 +73,13 @@ class GradientStep:
     def __init__(
         self,
         policy: ActorCritic,
-        optimizer: torch.optim.Adam,
         settings: UpdateSettings,
         reference: ActorCritic | None = None,
     ) -> None:
         algo, optim, compile = settings.algo, settings.optim, settings.compile
-        notes = settings.notes
-        self.policy, self.optimizer, self.algo, self.optim = policy, optimizer, algo, optim
+        self.policy, self.algo, self.optim = policy, algo, optim
         self.names = [n for n, p in policy.named_parameters() if p.requires_grad]
         self.params = [p for p in policy.parameters() if p.requires_grad]
-        group = optimizer.param_groups[0]
-        if len(optimizer.param_groups) != 1 or [id(p) for p in group["params"]] != [
-            id(p) for p in self.params
-        ]:
-            raise ValueError("the optimizer must hold exactly the policy's trainable parameters")
-        if group.get("amsgrad") or group.get("maximize") or group.get("decoupled_weight_decay"):
-            raise ValueError("the gradient step takes Adam without amsgrad, maximize or AdamW")
-        self.betas, self.eps = group["betas"], group["eps"]
-        self.weight_decay = group["weight_decay"]
         self.shapes = [p.shape for p in self.params]
         self.sizes = [p.numel() for p in self.params]
         # Where the Gaussian head's log-std parameter lies in the flat parameters: each step puts
@@ -105,13 +96,14 @@ class GradientStep:
         )
         self.flat = torch.cat([p.detach().reshape(-1) for p in self.params])  # (P,)
         self.device = self.flat.device
-        self._bind_params()
-        self._moments: AdamState | None = None  # exp_avg, exp_avg_sq, step
-        self._lr: Tensor | None = None  # the learning rate the steps read (see `learning_rate`)
-        self._moment_views: list[Tensor] = []
+        self.adam = FlatAdam(self.shapes, self.device, eps=optim.adam_eps)
+        self.betas, self.eps = self.adam.betas, self.adam.eps
+        self.weight_decay = self.adam.weight_decay
+        self.lr = optim.lr  # the rate of the next update (the schedule sets it)
+        self._lr = torch.zeros((), dtype=torch.float32, device=self.device)
         self.loss = MinibatchLoss(policy, algo, reference)
         self.metric_names = self.loss.names
-        self.notes = notes or sys.stdout
+        self.notes = settings.notes or sys.stdout
         self.grad_fn = torch.func.grad(self._loss, has_aux=True)
         self.compiled = False
         self._trusted: Hashable | None = None  # see `calls`
@@ -137,64 +129,51 @@ class GradientStep:
         would run eagerly."""
         return self.device.type in ("cuda", "xpu")
 
-    # ------------------------------------------------------------------ flat storage
+    # ------------------------------------------------------------------ the step's own state
     def _views(self, flat: Tensor) -> list[Tensor]:
         return [v.view(shape) for v, shape in zip(flat.split(self.sizes), self.shapes, strict=True)]
 
-    def _bind_params(self) -> None:
-        """Make the module's parameters views of `self.flat` (their values are kept)."""
-        for p, view in zip(self.params, self._views(self.flat), strict=True):
-            view.copy_(p.detach())
-            p.data = view
+    def _mark_static(self) -> None:
+        """Under CUDA graphs, mark every tensor a step writes: a graph that writes an input not
+        marked static is not captured (torch runs it without CUDA graphs), and a graph replays
+        from the addresses it was captured with. The mark belongs to the tensor object, so the
+        calls pass these very tensors, never an alias (`detach`)."""
+        if self.cudagraphs:
+            for t in (self.flat, *self.adam.tensors, self._lr):
+                torch._dynamo.mark_static_address(t)
 
-    def _check_params(self) -> None:
-        """Re-bind if something replaced a parameter's storage (e.g. `module.to()`)."""
-        base, itemsize = self.flat.data_ptr(), self.flat.element_size()
-        offset = 0
-        for p, n in zip(self.params, self.sizes, strict=True):
-            if p.data_ptr() != base + offset * itemsize or p.device != self.device:
-                self.flat = torch.cat([q.detach().reshape(-1) for q in self.params])
-                self.device = self.flat.device
-                self._bind_params()
-                self._moments = None
-                return
-            offset += n
+    def pull(self) -> None:
+        """Read the policy's parameters into the flat working copy (an update begins: they may
+        have been loaded, broadcast or moved since the last one)."""
+        device = self.params[0].device
+        if device != self.device:  # the policy moved: the step's state follows it
+            self.device = device
+            self.flat = self.flat.to(device)
+            self.adam.to(device)
+            self._lr = self._lr.to(device)
+        self._mark_static()
+        with torch.no_grad():
+            for view, p in zip(self._views(self.flat), self.params, strict=True):
+                view.copy_(p)
 
-    def adam_state(self) -> AdamState:
-        """Adam's flat (exp_avg, exp_avg_sq, step), created as torch's Adam would create them
-        or packed from the optimizer's per-parameter state (after load_state_dict)."""
-        self._check_params()
-        state = self.optimizer.state
-        ours = self._moments is not None and all(
-            state[p].get("exp_avg") is view for p, view in zip(self.params, self._moment_views)
-        )
-        if not ours:
-            loaded = [state[p] for p in self.params]
-            if all(s for s in loaded):
-                exp_avg = torch.cat([s["exp_avg"].reshape(-1) for s in loaded]).to(self.flat)
-                exp_avg_sq = torch.cat([s["exp_avg_sq"].reshape(-1) for s in loaded]).to(self.flat)
-                step = loaded[0]["step"].detach().clone().to(torch.float32).to(self.device)
-            else:
-                exp_avg, exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
-                step = torch.zeros((), dtype=torch.float32, device=self.device)
-            self._moments = (exp_avg, exp_avg_sq, step)
-            self._moment_views = self._views(exp_avg)
-            for p, m1, m2 in zip(
-                self.params, self._moment_views, self._views(exp_avg_sq), strict=True
-            ):
-                # The step count is one tensor shared by every parameter (they step together).
-                state[p] = {"step": step, "exp_avg": m1, "exp_avg_sq": m2}
-            if self.cudagraphs:
-                # The tensors a step writes: a CUDA graph that writes an input not marked static
-                # is not captured (torch runs it without CUDA graphs). The mark belongs to the
-                # tensor object, so the calls pass these very tensors, never an alias (`detach`).
-                for t in (self.flat, exp_avg, exp_avg_sq, step):
-                    torch._dynamo.mark_static_address(t)
-        assert self._moments is not None
-        return self._moments
+    def push(self) -> None:
+        """Write the flat parameters into the policy's, in place (an update ends, or the
+        batch is about to be valued between epochs)."""
+        with torch.no_grad():
+            for p, view in zip(self.params, self._views(self.flat), strict=True):
+                p.copy_(view)
 
-    def learning_rate(self, value: float) -> Tensor:
-        """The 0-d tensor the steps read their learning rate from, set to `value`.
+    def state_dict(self) -> CheckpointState:
+        """Adam's state and the learning rate, in torch.optim.Adam's form (see `adam_state`)."""
+        return self.adam.state_dict(self.lr)
+
+    def load_state_dict(self, state: CheckpointState) -> None:
+        """Continue from `state_dict()` (or a torch.optim.Adam's state of the policy's
+        parameters): Adam's moments, its step count and the learning rate."""
+        self.lr = self.adam.load_state_dict(state)
+
+    def learning_rate(self) -> Tensor:
+        """The 0-d tensor the steps read their learning rate from, filled with `lr`.
 
         It is one tensor for the life of this step, filled anew each update, and marked static
         under CUDA graphs: a graph replays from the addresses it was captured with, so a new
@@ -202,12 +181,7 @@ class GradientStep:
         that changes such an input in place (the adaptive schedule's step, `apply`) is not
         captured at all (torch runs it without CUDA graphs); a static input is read and written
         where it lies."""
-        self._check_params()
-        if self._lr is None or self._lr.device != self.device:
-            self._lr = torch.zeros((), dtype=torch.float32, device=self.device)
-            if self.cudagraphs:
-                torch._dynamo.mark_static_address(self._lr)
-        self._lr.fill_(value)
+        self._lr.fill_(self.lr)
         return self._lr
 
     # ------------------------------------------------------------------ the step, in torch
@@ -316,27 +290,14 @@ class GradientStep:
             return grad.clone(), metrics.clone()
         return grad, metrics
 
-    def apply(
-        self,
-        grad: Tensor,
-        loss: Tensor,
-        approx_kl: Tensor,
-        lr: Tensor,
-        adam: AdamState,
-    ) -> Tensor:
+    def apply(self, grad: Tensor, loss: Tensor, approx_kl: Tensor) -> Tensor:
         """Clip `grad`, take the Adam step (or skip it); returns the STEP_FIELDS vector."""
-        out = self._guarded(1, self.flat, grad, loss, approx_kl, lr, adam)
+        out = self._guarded(1, self.flat, grad, loss, approx_kl, self._lr, self.adam.tensors)
         return out.clone() if self.cudagraphs else out
 
-    def step(
-        self,
-        mb: tuple[Tensor, ...],
-        weights: Tensor,
-        lr: Tensor,
-        adam: AdamState,
-    ) -> Tensor:
+    def step(self, mb: tuple[Tensor, ...], weights: Tensor) -> Tensor:
         """`grads` and `apply` of one whole minibatch in one call: metrics + STEP_FIELDS."""
-        out = self._guarded(2, self.flat, mb, weights, lr, adam)
+        out = self._guarded(2, self.flat, mb, weights, self._lr, self.adam.tensors)
         return out.clone() if self.cudagraphs else out
 
     def will_compile(self) -> bool:

@@ -19,8 +19,8 @@ from embodied_ppo.algo.minibatches import (
     share_weights,
 )
 from embodied_ppo.algo.settings import UpdateSettings
-from embodied_ppo.config.schema import OptimConfig
 from embodied_ppo.core.obs import map_obs
+from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.model.actor_critic import ActorCritic
 
 # The fields of a minibatch handed to the gradient step, in its order (a recurrent policy's
@@ -53,11 +53,6 @@ class NonFiniteError(RuntimeError):
         self.what, self.epoch, self.minibatch = what, epoch, minibatch
 
 
-def make_optimizer(policy: ActorCritic, optim: OptimConfig) -> torch.optim.Adam:
-    """Adam with the configured eps (it holds the state; `gradient_step` takes its steps)."""
-    return torch.optim.Adam(list(policy.parameters()), lr=optim.lr, eps=optim.adam_eps)
-
-
 class PPOUpdate:
     """Runs `update_epochs` passes of clipped-PPO gradient steps over one rollout batch.
 
@@ -69,8 +64,10 @@ class PPOUpdate:
     accumulated over micro-batches (weighted with the minibatch's aggregation weights, so the sum
     is the minibatch gradient: docs/design.md, rule 3), all-reduced, then applied.
 
+    The gradient step keeps Adam's state (`optimizer_state` is what a checkpoint saves) and the
+    learning rate; the policy's parameters hold the update's result when `update` returns.
+
     Args:
-        optimizer: the Adam that holds the policy's parameters (and whose state is saved).
         generator: CPU generator for minibatch shuffling (its state is checkpointed).
         settings: the algorithm and optimizer blocks, compilation and the run's scale.
         reference: frozen policy of the KL loss (algo.use_kl_loss).
@@ -79,27 +76,35 @@ class PPOUpdate:
     def __init__(
         self,
         policy: ActorCritic,
-        optimizer: torch.optim.Adam,
         generator: torch.Generator,
         settings: UpdateSettings,
         reference: ActorCritic | None = None,
     ) -> None:
-        self.algo, self.optim, self.optimizer = settings.algo, settings.optim, optimizer
+        self.algo, self.optim = settings.algo, settings.optim
         self.generator, self.reduce = generator, settings.reduce
         self.world, self.rank, self.minibatch = settings.world, settings.rank, settings.minibatch
         self.recurrent = policy.state_size > 0
         self.fields = MINIBATCH_FIELDS + (RECURRENT_FIELDS if self.recurrent else ())
-        self.step = GradientStep(policy, optimizer, settings, reference)
+        self.step = GradientStep(policy, settings, reference)
         self.names = self.step.metric_names
 
     @property
     def lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
+        """The learning rate of the next update."""
+        return self.step.lr
 
     def set_lr(self, lr: float) -> None:
-        """Set the optimizer's learning rate (every parameter group)."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        """Set the learning rate of the next update."""
+        self.step.lr = lr
+
+    def optimizer_state(self) -> CheckpointState:
+        """Adam's state and the learning rate, as a checkpoint keeps them (torch.optim.Adam's
+        form)."""
+        return self.step.state_dict()
+
+    def load_optimizer_state(self, state: CheckpointState) -> None:
+        """Continue from `optimizer_state()`; ValueError where it does not fit the policy."""
+        self.step.load_state_dict(state)
 
     def _epoch_order(
         self, size: int, num_steps: int, device: torch.device
@@ -162,12 +167,15 @@ class PPOUpdate:
         `refresh`, where given, runs before every epoch after the first and rewrites the
         batch's values, advantages and returns in place (`refresh_advantages`)."""
         device = batch["advantages"].device
-        lr = self.step.learning_rate(self.lr)
-        adam = self.step.adam_state()
+        self.step.pull()
+        lr = self.step.learning_rate()
         records: list[Tensor] = []  # one vector per step taken: metrics + STEP_FIELDS
         where: list[tuple[int, int]] = []  # (epoch, minibatch) of each record
-        with self.step.calls(_signature(batch, num_steps)):
-            stopped = self._epochs(batch, num_steps, lr, adam, records, where, refresh)
+        try:
+            with self.step.calls(_signature(batch, num_steps)):
+                stopped = self._epochs(batch, num_steps, records, where, refresh)
+        finally:
+            self.step.push()  # the policy holds every step taken, even where one failed
         self.set_lr(float(lr))
         if not records:
             return {"num_gradient_steps": 0.0, "early_stopped": float(stopped)}
@@ -183,8 +191,6 @@ class PPOUpdate:
         self,
         batch: dict[str, Tensor],
         num_steps: int,
-        lr: Tensor,
-        adam: tuple,
         records: list[Tensor],
         where: list[tuple[int, int]],
         refresh: Callable[[], None] | None = None,
@@ -198,12 +204,13 @@ class PPOUpdate:
         sync_each_step = self._checks_each_step(batch["advantages"].device)
         for epoch in range(a.update_epochs):
             if epoch and refresh is not None:
+                self.step.push()  # the critic values the batch as the update has left it
                 refresh()
             for k, (mb, weights, micro) in enumerate(self._minibatches(batch, num_steps, size)):
                 if split:
-                    out = self._accumulated_step(mb, weights, micro, lr, adam)
+                    out = self._accumulated_step(mb, weights, micro)
                 else:
-                    out = self.step.step(mb, weights, lr, adam)
+                    out = self.step.step(mb, weights)
                 if sync_each_step and bool(out[-2]):  # skipped
                     if bool(out[-1]):
                         raise NonFiniteError(self._culprit(out), epoch, k)
@@ -250,9 +257,7 @@ class PPOUpdate:
         at the steps' flags once at the end (unless early stopping must end the loop)."""
         return device.type == "cpu" or self.algo.early_stop_kl is not None
 
-    def _accumulated_step(
-        self, mb: tuple[Tensor, ...], weights: Tensor, micro: int, lr: Tensor, adam: tuple
-    ) -> Tensor:
+    def _accumulated_step(self, mb: tuple[Tensor, ...], weights: Tensor, micro: int) -> Tensor:
         """One minibatch's gradient summed over micro-batches (and processes), then applied."""
         total: Tensor | None = None
         metrics: Tensor | None = None
@@ -273,7 +278,7 @@ class PPOUpdate:
                 kl = self.reduce(kl.reshape(1).clone())[0]
                 metrics = metrics.clone()
                 metrics[self.names.index("approx_kl")] = kl
-        return torch.cat([metrics, self.step.apply(total, loss, kl, lr, adam)])
+        return torch.cat([metrics, self.step.apply(total, loss, kl)])
 
     def _summary(self, table: Tensor, stopped: bool) -> dict[str, float]:
         """Mean over the update's steps of every metric (summed over processes first)."""

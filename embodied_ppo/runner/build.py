@@ -236,19 +236,24 @@ def make_in_reward_kl(
 def make_updater(
     cfg: Config,
     policy: ActorCritic,
-    optimizer: torch.optim.Adam,
     generator: torch.Generator,
     reference: ActorCritic | None,
+    *,
     reduce: Reduce | None,
     notes: TextIO | None,
 ) -> PPOUpdate:
     """The PPO update of a run (compiled where trainer.compile says so), this process's part of
-    it in a run of several."""
+    it in a run of several; it keeps Adam's state."""
     settings = UpdateSettings(
-        cfg.algorithm, cfg.optim, cfg.trainer.compile, reduce, notes,
-        distributed.world_size(), distributed.rank(),
-    )  # fmt: skip
-    return PPOUpdate(policy, optimizer, generator, settings, reference)
+        cfg.algorithm,
+        cfg.optim,
+        compile=cfg.trainer.compile,
+        reduce=reduce,
+        notes=notes,
+        world=distributed.world_size(),
+        rank=distributed.rank(),
+    )
+    return PPOUpdate(policy, generator, settings, reference)
 
 
 def compile_note(updater: PPOUpdate, policy: ActorCritic) -> str | None:

@@ -8,7 +8,6 @@ policy and the environments in the middle of their episodes; as tensors and plai
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 from embodied_ppo.algo.kl import InRewardKL
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.algo.schedules import Extension, extend_schedule
+from embodied_ppo.algo.update import PPOUpdate
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, TrainingError
 from embodied_ppo.core.text import first_line
@@ -47,7 +47,7 @@ class RunState:
     main: bool
     env_offset: int
     policy: ActorCritic
-    optimizer: torch.optim.Adam
+    updater: PPOUpdate
     reward_scaler: RewardScaler
     shuffle: torch.Generator
     reference: ActorCritic | None
@@ -75,7 +75,7 @@ class RunState:
             "config": self.run_config.to_dict(),  # as given: envs of all processes
             "model_spec": self.policy.spec.to_dict(),
             "model": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.updater.optimizer_state(),
             "reward_scaler": self.reward_scaler.state_dict(),
             "global_step": self.global_step,
             "iteration": self.iteration,
@@ -134,9 +134,7 @@ class RunState:
             )
         try:
             self.policy.load_state_dict(state["model"])
-            # A copy: Optimizer.load_state_dict keeps the given tensors, and training would
-            # then change the caller's checkpoint dict in place.
-            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+            self.updater.load_optimizer_state(state["optimizer"])
             self.reward_scaler.load_state_dict(state["reward_scaler"])
             set_rng_state(state["rng"], self.shuffle)
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
@@ -152,7 +150,7 @@ class RunState:
         self.extension = Extension.from_dict(state.get("lr_extension"))
         total = self.cfg.trainer.total_steps
         if state["config"]["trainer"]["total_steps"] != total:  # a new budget from here on
-            lr_now = float(self.optimizer.param_groups[0]["lr"])
+            lr_now = self.updater.lr
             self.extension = extend_schedule(
                 self.cfg.optim, self.global_step, lr_now, total, self.extension
             )

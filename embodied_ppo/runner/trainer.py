@@ -24,7 +24,7 @@ from embodied_ppo.algo.batch import prepare_batch, refresh_advantages
 from embodied_ppo.algo.compiler import probe_cpu_compiler
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.algo.schedules import Extension, run_learning_rate
-from embodied_ppo.algo.update import NonFiniteError, make_optimizer
+from embodied_ppo.algo.update import NonFiniteError
 from embodied_ppo.config.intervals import cadence
 from embodied_ppo.config.scale import per_process
 from embodied_ppo.config.schema import CRITIC_FREE, Config
@@ -58,7 +58,7 @@ from embodied_ppo.vecenv.seeding import env_seeds, group_seeds, noise_seed
 
 
 class Trainer(RunState):
-    """Owns the envs, policy, buffer, optimizer and update of one run, and trains it.
+    """Owns the envs, policy, buffer and update (with its optimizer) of one run, and trains it.
 
     Args:
         resume: a checkpoint of this run to continue from (see `io.run_dir.open_resume`).
@@ -149,10 +149,9 @@ class Trainer(RunState):
         # its idle worker threads spin for a while after each product and would take the core
         # an env worker process (env.processes) or the update's second thread is using.
         self.blas = ThreadpoolController()
-        self.optimizer = make_optimizer(self.policy, cfg.optim)
         self.shuffle = torch.Generator().manual_seed(t.seed)
         self.updater = make_updater(
-            cfg, self.policy, self.optimizer, self.shuffle, self.reference, self.reduce, self.notes
+            cfg, self.policy, self.shuffle, self.reference, reduce=self.reduce, notes=self.notes
         )
         self.global_step, self.iteration = 0, 0
         self.recent_returns: deque[float] = deque(maxlen=100)

@@ -22,7 +22,7 @@ from embodied_ppo.algo.advantages import (
 from embodied_ppo.algo.kl import adaptive_kl_coef, kl_estimate
 from embodied_ppo.algo.minibatches import aggregation_weights
 from embodied_ppo.algo.settings import UpdateSettings
-from embodied_ppo.algo.update import PPOUpdate, make_optimizer
+from embodied_ppo.algo.update import PPOUpdate
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig, with_values
 from embodied_ppo.core.errors import CheckpointError, ConfigError
 from embodied_ppo.io.checkpoint import load_checkpoint
@@ -188,7 +188,6 @@ def make_updater(algo_kw=None, optim_kw=None, reference=None, seed=0):
     optim = OptimConfig(lr=1e-2, **(optim_kw or {}))
     return policy, PPOUpdate(
         policy,
-        make_optimizer(policy, optim),
         torch.Generator().manual_seed(1),
         UpdateSettings(algo, optim),
         reference,
@@ -250,13 +249,13 @@ def test_every_update_reads_one_learning_rate_tensor(monkeypatch):
         optim_kw={"schedule": "adaptive", "desired_kl": 1e-6, "lr_min": 1e-5, "lr_max": 1e-1}
     )
     seen: list[tuple[torch.Tensor, float]] = []  # the tensors are kept, so no id is reused
-    step = upd.step.step
+    impl = upd.step._step
 
-    def spy(mb, weights, lr, adam):
+    def spy(flat, mb, weights, lr, adam):
         seen.append((lr, float(lr)))
-        return step(mb, weights, lr, adam)
+        return impl(flat, mb, weights, lr, adam)
 
-    monkeypatch.setattr(upd.step, "step", spy)
+    monkeypatch.setattr(upd.step, "_step", spy)
     upd.update(random_batch(), 8)
     first = upd.lr
     upd.set_lr(0.5)  # the schedule's value for the next update
@@ -302,7 +301,7 @@ def test_under_cuda_graphs_every_tensor_a_step_writes_is_marked_static(micro):
         assert flat is step.flat and static(flat)
     for args in calls["apply"] + calls["step"]:
         flat, lr, adam = args[0], args[-2], args[-1]
-        assert flat is step.flat and lr is step.learning_rate(0.0)
+        assert flat is step.flat and lr is step.learning_rate() and adam is step.adam.tensors
         assert all(static(t) for t in (flat, lr, *adam))
 
 

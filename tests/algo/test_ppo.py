@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import math
 import os
 import subprocess
@@ -17,7 +18,7 @@ from support import ROOT, make_update, random_batch, spec
 from embodied_ppo.algo.minibatches import minibatch_indices
 from embodied_ppo.algo.schedules import adapt_learning_rate, learning_rate
 from embodied_ppo.algo.settings import UpdateSettings
-from embodied_ppo.algo.update import NonFiniteError, PPOUpdate, make_optimizer
+from embodied_ppo.algo.update import NonFiniteError, PPOUpdate
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.model.actor_critic import ActorCritic
 
@@ -25,9 +26,14 @@ from embodied_ppo.model.actor_critic import ActorCritic
 def updater(policy, algo=None, optim=None, compile=False, reference=None):
     optim = optim or OptimConfig()
     algo = algo or AlgorithmConfig(minibatch_size=16)
-    opt = make_optimizer(policy, optim)
     settings = UpdateSettings(algo, optim, compile=compile)
-    return PPOUpdate(policy, opt, torch.Generator(), settings, reference), opt
+    return PPOUpdate(policy, torch.Generator(), settings, reference)
+
+
+def adam_of(upd, policy):
+    """Adam's state of each of the policy's parameters, by name, as a checkpoint keeps it."""
+    names = [n for n, _ in policy.named_parameters()]
+    return dict(zip(names, upd.optimizer_state()["state"].values(), strict=True))
 
 
 def test_every_transition_visited_once_per_epoch():
@@ -100,8 +106,7 @@ def test_the_update_is_the_autograd_update(state_dependent, compile):
     terms = ppo_reference.Terms(dual_clip=3.0, entropy_bonus=0.01)  # the rest: the defaults
     reference = ppo_reference.AdamReference(policy, ppo_reference.Steps(lr=1e-3))
     algo = AlgorithmConfig(minibatch_size=48, update_epochs=1, clip_ratio_c=3.0, entropy_bonus=0.01)
-    upd, opt = updater(policy, algo, OptimConfig(lr=1e-3), compile=compile)
-    names = dict(policy.named_parameters())
+    upd = updater(policy, algo, OptimConfig(lr=1e-3), compile=compile)
     for step in range(2):
         m = reference.step(rollout, terms)
         if step == 0:  # every branch of the loss is taken
@@ -112,8 +117,9 @@ def test_the_update_is_the_autograd_update(state_dependent, compile):
         metrics = upd.update(batch, 48)
         for key, value in m.items():
             assert metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (step, key)
+        adam = adam_of(upd, policy)
         for name, (exp_avg, exp_avg_sq) in reference.moments().items():
-            state = opt.state[names[name]]
+            state = adam[name]
             assert torch.allclose(state["exp_avg"], exp_avg, atol=1e-7, rtol=1e-5), (step, name)
             assert torch.allclose(state["exp_avg_sq"], exp_avg_sq, atol=1e-10, rtol=1e-4), name
         assert ppo_reference.max_difference(policy, reference.policy) < 1e-6, step
@@ -128,11 +134,11 @@ def test_grad_clipping_limits_the_step():
     # Adam's first moment after one step is (1 - beta1) x the clipped gradient.
     torch.manual_seed(0)
     policy = ActorCritic(spec())
-    upd, opt = updater(policy, AlgorithmConfig(minibatch_size=48, update_epochs=1),
+    upd = updater(policy, AlgorithmConfig(minibatch_size=48, update_epochs=1),
                        OptimConfig(max_grad_norm=0.01))  # fmt: skip
     m = upd.update(random_batch(), 8)
     assert m["grad_norm"] > 0.1  # reported before clipping
-    moments = torch.cat([opt.state[p]["exp_avg"].reshape(-1) for p in policy.parameters()])
+    moments = torch.cat([s["exp_avg"].reshape(-1) for s in adam_of(upd, policy).values()])
     assert moments.norm().item() == pytest.approx(0.1 * 0.01, rel=1e-3)
 
 
@@ -140,14 +146,14 @@ def test_non_finite_loss_never_reaches_the_weights():
     torch.manual_seed(0)
     policy = ActorCritic(spec())
     before = copy.deepcopy(policy.state_dict())
-    upd, opt = updater(policy)
+    upd = updater(policy)
     batch = random_batch()
     batch["returns"][3] = float("nan")
     with pytest.raises(NonFiniteError, match="value_loss"):
         upd.update(batch, 8)
     for k, v in policy.state_dict().items():
         assert torch.equal(v, before[k])
-    assert all(int(s["step"]) == 0 for s in opt.state.values())
+    assert all(int(s["step"]) == 0 for s in adam_of(upd, policy).values())
 
 
 @pytest.mark.parametrize("compile", [False, True])
@@ -157,10 +163,10 @@ def test_deferred_non_finite_check_skips_the_steps_without_a_sync(monkeypatch, c
     torch.manual_seed(0)
     policy = ActorCritic(spec())
     before = copy.deepcopy(policy.state_dict())
-    upd, opt = updater(policy, compile=compile)
+    upd = updater(policy, compile=compile)
     upd.update(random_batch(), 8)  # a good update first: Adam has moments to keep
     after_good = copy.deepcopy(policy.state_dict())
-    moments = {id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in policy.parameters()}
+    moments = adam_of(upd, policy)  # copies
     assert not all(torch.equal(v, before[k]) for k, v in after_good.items())
     batch = random_batch()
     batch["returns"][:] = float("nan")  # every minibatch is poisoned
@@ -168,9 +174,9 @@ def test_deferred_non_finite_check_skips_the_steps_without_a_sync(monkeypatch, c
         upd.update(batch, 8)
     for k, v in policy.state_dict().items():
         assert torch.equal(v, after_good[k]), k
-    for p in policy.parameters():  # moments and step counts untouched
-        for key, value in opt.state[p].items():
-            assert torch.equal(value, moments[id(p)][key]), key
+    for name, state in adam_of(upd, policy).items():  # moments and step counts untouched
+        for key, value in state.items():
+            assert torch.equal(value, moments[name][key]), (name, key)
 
 
 @pytest.mark.parametrize("compile", [False, True])
@@ -180,12 +186,12 @@ def test_early_stop_drops_the_step_that_trips_it(compile):
     batch = random_batch()
     with torch.no_grad():
         batch["logprobs"], _, batch["values"], _ = policy.evaluate(batch["obs"], batch["actions"])
-    upd, opt = updater(policy, AlgorithmConfig(minibatch_size=16, early_stop_kl=1e-9),
+    upd = updater(policy, AlgorithmConfig(minibatch_size=16, early_stop_kl=1e-9),
                        OptimConfig(lr=1e-2), compile=compile)  # fmt: skip
     m = upd.update(batch, 8)
     # The first minibatch has ratio 1 (kl 0): it steps; the next one exceeds the threshold.
     assert m["num_gradient_steps"] == 1 and m["early_stopped"] == 1.0
-    assert all(int(s["step"]) == 1 for s in opt.state.values())
+    assert all(int(s["step"]) == 1 for s in adam_of(upd, policy).values())
 
 
 def test_a_repeated_update_skips_the_guards_and_computes_the_same(monkeypatch):
@@ -207,7 +213,7 @@ def test_a_repeated_update_skips_the_guards_and_computes_the_same(monkeypatch):
     def train(trusting):
         torch.manual_seed(0)
         policy = ActorCritic(spec())
-        upd, _ = updater(policy, compile=True)
+        upd = updater(policy, compile=True)
         if not trusting:
             monkeypatch.setattr(upd.step, "calls", lambda signature: contextlib.nullcontext())
         states = []
@@ -268,24 +274,106 @@ def test_without_a_compiler_training_runs_eagerly_with_one_note(tmp_path):
         assert torch.equal(v, b["model"][k]), k
 
 
+def weights_only_round_trip(state):
+    """`state` written and read back as a checkpoint is (torch.load, weights_only=True)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
 def test_optimizer_state_survives_a_checkpoint_round_trip():
-    # The flat moments are the optimizer's per-parameter state: saved and loaded as usual.
+    # Saved after one update and loaded into an update whose own Adam went elsewhere (another
+    # batch, another learning rate): the next update is the uninterrupted one's, bit for bit.
     torch.manual_seed(0)
     policy = ActorCritic(spec())
-    upd, opt = updater(policy)
+    adaptive = OptimConfig(schedule="adaptive", desired_kl=1e-4)  # the rate moves and is kept
+    upd = updater(policy, optim=adaptive)
     upd.update(random_batch(), 8)
-    saved = copy.deepcopy(opt.state_dict())
+    saved = weights_only_round_trip(
+        {"model": policy.state_dict(), "optimizer": upd.optimizer_state()}
+    )
     upd.update(random_batch(seed=1), 8)
-    expected = copy.deepcopy(policy.state_dict())
 
-    torch.manual_seed(0)
     other = ActorCritic(spec())
-    upd2, opt2 = updater(other)
-    upd2.update(random_batch(), 8)
-    opt2.load_state_dict(copy.deepcopy(saved))  # replaces the state tensors
+    upd2 = updater(other, optim=adaptive)
+    upd2.update(random_batch(seed=2), 8)
+    other.load_state_dict(saved["model"])
+    upd2.load_optimizer_state(saved["optimizer"])
+    assert upd2.lr == saved["optimizer"]["param_groups"][0]["lr"] != adaptive.lr
     upd2.update(random_batch(seed=1), 8)
-    for k, v in expected.items():
+    for k, v in policy.state_dict().items():
         assert torch.equal(v, other.state_dict()[k]), k
+    assert upd2.lr == upd.lr
+    for a, b in zip(adam_of(upd, policy).values(), adam_of(upd2, other).values(), strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_optimizer_state_is_torch_adams_both_ways():
+    # Checkpoints keep Adam's state in torch.optim.Adam's form: a state torch's Adam wrote
+    # loads into the update, the update's loads into torch's Adam, and from either the next
+    # Adam step on the same gradient gives the same parameters as torch's own.
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    optim = OptimConfig(lr=3e-3, adam_eps=1e-5, max_grad_norm=None)
+    torch_adam = torch.optim.Adam(policy.parameters(), lr=optim.lr, eps=optim.adam_eps)
+    for seed in range(3):  # a history of torch's own
+        g = torch.Generator().manual_seed(seed)
+        for p in policy.parameters():
+            p.grad = torch.randn(p.shape, generator=g)
+        torch_adam.step()
+    upd = updater(policy, optim=optim)
+    upd.load_optimizer_state(weights_only_round_trip(torch_adam.state_dict()))
+    ours = upd.optimizer_state()
+    for i, state in torch_adam.state_dict()["state"].items():
+        assert all(torch.equal(state[k].cpu(), ours["state"][i][k]) for k in state), i
+
+    grads = [
+        torch.randn(p.shape, generator=torch.Generator().manual_seed(9))
+        for p in policy.parameters()
+    ]
+    twin = copy.deepcopy(policy)
+    torch_twin = torch.optim.Adam(twin.parameters(), lr=optim.lr, eps=optim.adam_eps)
+    torch_twin.load_state_dict(weights_only_round_trip(upd.optimizer_state()))
+    for p, g in zip(twin.parameters(), grads, strict=True):
+        p.grad = g.clone()
+    torch_twin.step()
+    step = upd.step  # one Adam step of the update's own on the same gradient
+    step.pull()
+    step.learning_rate()
+    zero = torch.zeros(())
+    step.apply(torch.cat([g.reshape(-1) for g in grads]), zero, zero)
+    step.push()
+    for (name, a), b in zip(policy.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_the_update_writes_the_policys_parameters_in_place_and_keeps_its_own():
+    # The gradient step works on a flat copy it owns; the policy's parameters keep their own
+    # storage (nothing rebinds them) and hold the update's result when it returns.
+    torch.manual_seed(0)
+    policy = ActorCritic(spec())
+    storage = {n: p.data_ptr() for n, p in policy.named_parameters()}
+    before = copy.deepcopy(policy.state_dict())
+    upd = updater(policy)
+    upd.update(random_batch(), 8)
+    flat = upd.step.flat
+    start, end = flat.data_ptr(), flat.data_ptr() + flat.numel() * flat.element_size()
+    for name, p in policy.named_parameters():
+        assert p.data_ptr() == storage[name] and not start <= p.data_ptr() < end, name
+    assert not all(torch.equal(p, before[n]) for n, p in policy.named_parameters())
+    assert torch.equal(flat, torch.cat([p.detach().reshape(-1) for p in policy.parameters()]))
+    # What changes the policy between updates (loaded weights) is what the next one starts
+    # from: it continues as an update built on those weights with the same Adam state does.
+    policy.load_state_dict(before)
+    twin = copy.deepcopy(policy)
+    fresh = updater(twin)
+    fresh.load_optimizer_state(upd.optimizer_state())
+    fresh.generator.set_state(upd.generator.get_state())  # the same minibatches
+    upd.update(random_batch(seed=1), 8)
+    fresh.update(random_batch(seed=1), 8)
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, twin.state_dict()[k]), k
 
 
 def test_learning_rate_schedules():
@@ -318,7 +406,7 @@ def test_update_reduces_the_loss_on_a_fixed_batch():
         v0 = policy.value(batch["obs"])
     err0 = (batch["returns"] - v0).square().mean()
     algo = AlgorithmConfig(minibatch_size=48, update_epochs=300, value_clip=None)
-    upd, _ = updater(policy, algo, OptimConfig(lr=3e-3))
+    upd = updater(policy, algo, OptimConfig(lr=3e-3))
     upd.update(batch, 8)
     with torch.no_grad():
         err1 = (batch["returns"] - policy.value(batch["obs"])).square().mean()
@@ -336,7 +424,7 @@ def test_the_log_std_parameter_is_held_inside_its_range(compile, start, bound):
     with torch.no_grad():
         policy.log_std.fill_(start)
     before = policy.log_std.detach().clone()
-    upd, _ = updater(policy, AlgorithmConfig(minibatch_size=16, update_epochs=1), compile=compile)
+    upd = updater(policy, AlgorithmConfig(minibatch_size=16, update_epochs=1), compile=compile)
     upd.update(random_batch(), 8)
     after = policy.log_std.detach()
     assert not torch.equal(after, before)
@@ -363,7 +451,7 @@ def test_a_state_dependent_std_head_past_its_bound_still_learns(compile, start, 
     before = policy.log_std_head.bias.detach().clone()
     # The entropy bonus reaches the head even where every ratio is clipped.
     algo = AlgorithmConfig(minibatch_size=16, update_epochs=1, entropy_bonus=0.01)
-    upd, _ = updater(policy, algo, compile=compile)
+    upd = updater(policy, algo, compile=compile)
     upd.update(random_batch(), 8)
     assert not torch.equal(policy.log_std_head.bias.detach(), before)
 
@@ -468,13 +556,13 @@ def test_an_older_torch_compile_without_the_newer_options_still_compiles(monkeyp
     monkeypatch.setattr(torch.compiler, "set_stance", old_stance)
     torch.manual_seed(0)
     policy = ActorCritic(spec())
-    upd, _ = updater(policy, compile=True)
+    upd = updater(policy, compile=True)
     assert upd.step.compiled and len(seen) == 3
     monkeypatch.setattr(torch, "compile", real_compile)
     monkeypatch.setattr(torch.compiler, "set_stance", real_stance)
     torch.manual_seed(0)
     eager_policy = ActorCritic(spec())
-    eager, _ = updater(eager_policy, compile=False)
+    eager = updater(eager_policy, compile=False)
     for seed in (0, 1):  # the second update trusts its signature (the stance, where there is one)
         upd.update(random_batch(seed=seed), 8)
         eager.update(random_batch(seed=seed), 8)

@@ -77,16 +77,14 @@ def test_cuda_graph_update_matches_the_eager_update(tmp_path, caplog, algorithm,
     _close(_params(graphs), _params(eager), atol=1e-4)
     # the optimizer's state lives on the device and agrees too
     for a, b in zip(
-        graphs.optimizer.state_dict()["state"].values(),
-        eager.optimizer.state_dict()["state"].values(),
+        graphs.updater.optimizer_state()["state"].values(),
+        eager.updater.optimizer_state()["state"].values(),
         strict=True,
     ):
         assert a["exp_avg"].device.type == "cuda"
         assert torch.allclose(a["exp_avg"].cpu(), b["exp_avg"].cpu(), atol=1e-5)
         assert torch.equal(a["step"].cpu(), b["step"].cpu())
-    assert graphs.optimizer.param_groups[0]["lr"] == pytest.approx(
-        eager.optimizer.param_groups[0]["lr"], rel=1e-4
-    )
+    assert graphs.updater.lr == pytest.approx(eager.updater.lr, rel=1e-4)
     # A replay overwrites the graph's output memory: every metric logged for an update must be
     # that update's own, as the eager run computed it, not the next minibatch's.
     logged = [_metrics(tmp_path / n) for n in ("graphs", "eager")]

@@ -123,8 +123,8 @@ def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, env_id, e
     assert resumed.global_step == straight.global_step == 128
     _assert_same_params(_params(straight), _params(resumed))
     for a, b in zip(
-        straight.optimizer.state_dict()["state"].values(),
-        resumed.optimizer.state_dict()["state"].values(),
+        straight.updater.optimizer_state()["state"].values(),
+        resumed.updater.optimizer_state()["state"].values(),
     ):
         for key in a:
             assert torch.equal(a[key], b[key]), key

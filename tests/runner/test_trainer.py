@@ -86,8 +86,8 @@ def test_resume_continues_the_run(tmp_path):
         assert torch.equal(resumed.policy.state_dict()[k], v)
     assert torch.equal(resumed.reward_scaler.stats.var, first.reward_scaler.stats.var)
     assert (
-        resumed.optimizer.state_dict()["state"][0]["step"]
-        == first.optimizer.state_dict()["state"][0]["step"]
+        resumed.updater.optimizer_state()["state"][0]["step"]
+        == first.updater.optimizer_state()["state"][0]["step"]
     )
     resumed.train()
     assert resumed.global_step == 128

@@ -129,14 +129,13 @@ def measure(
         threads = "numpy BLAS: every core in the update"
     else:
         from embodied_ppo.algo.settings import UpdateSettings
-        from embodied_ppo.algo.update import PPOUpdate, make_optimizer
+        from embodied_ppo.algo.update import PPOUpdate
         from embodied_ppo.runner.build import update_threads
 
         n = update_threads(device, policy, mb)
         torch.set_num_threads(n)
         upd = PPOUpdate(
             policy,
-            make_optimizer(policy, optim),
             g,
             UpdateSettings(algo, optim, compile=contender == "compiled"),
         )
