@@ -231,3 +231,8 @@ class EpisodeReturns(gym.Wrapper):
         if terminated or truncated:
             RETURNS.append(self.total)
         return obs, reward, terminated, truncated, info
+
+
+def make_counting(terminate_at: int | None = 8) -> gym.Env:
+    """A factory of CountingEnv (as a user's `make_env` function is)."""
+    return CountingEnv(terminate_at=terminate_at)

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from embodied_ppo.app.evaluate import evaluate_command
 from embodied_ppo.app.export import ExportResult, export_policy
+from embodied_ppo.app.factories import bind_env, bind_env_to_run
 from embodied_ppo.app.plot import plot_runs
 from embodied_ppo.app.results import Callback, TrainResult
 from embodied_ppo.app.session import _session, run_training
@@ -35,6 +36,7 @@ def train(
     run_dir: str | Path | None = None,
     callbacks: Sequence[Callback] = (),
     *,
+    env: object | None = None,
     resume: str | Path | None = None,
     more_steps: int | None = None,
     use_intact: bool = False,
@@ -50,6 +52,11 @@ def train(
             it must not exist or be empty.
         callbacks: called after every iteration (see `Callback`); one returning True stops the
             run gracefully (checkpoint written, `stopped` in the result).
+        env: the environment, in place of the config's env.id: an id, or a factory (an Env
+            class, or a function returning an Env; env.kwargs are its arguments), which the run
+            records as env.entry_point (`module:name`). With `resume`, the factory of the run's
+            env again, for a factory another process cannot import (a lambda, one defined in
+            the script). A dict config may name the factory as its env.id instead.
         resume: a run directory (or one of its checkpoints) to continue instead; `overrides`
             may then change only how long, where and how it runs (trainer.total_steps, ...).
         more_steps: with `resume`, train this many env steps past the checkpoint (SB3's second
@@ -68,6 +75,10 @@ def train(
             'script: call it under `if __name__ == "__main__":`'
         )
     configure_headless_gl()  # before any MuJoCo import or OpenGL context (headless)
+    if resume is not None:
+        bind_env_to_run(resume, env)
+    else:
+        config, overrides = bind_env(config, list(overrides or []), env)
     with _session(
         config, overrides, run_dir, resume, use_intact, progress, more_steps=more_steps
     ) as session:
@@ -88,6 +99,7 @@ def evaluate(
     verbose: bool = False,
     overrides: Sequence[str] = (),
     sweeps: Sequence[str] = (),
+    env: object | None = None,
 ) -> JSONDict:
     """Run evaluation episodes of a run directory's (or checkpoint's) policy, as the `eval`
     command does (eval.json written beside it); returns its summary: mean_return, std_return,
@@ -98,8 +110,11 @@ def evaluate(
         verbose: print each episode, as the command does.
         overrides: `env.kwargs.KEY=VALUE` conditions to evaluate under instead of the run's.
         sweeps: `env.kwargs.KEY=[v1, v2]`: the episodes again under each value (`sweep`).
+        env: the factory that made the run's env, again (needed where the run records one
+            that this process cannot import: a lambda, a function of the training script).
     """
     configure_headless_gl()  # before any MuJoCo import or OpenGL context (headless)
+    bind_env_to_run(source, env)
     video_arg = "" if video is True else (None if video in (None, False) else str(video))
     return evaluate_command(
         str(source),

@@ -56,15 +56,17 @@ def one_thread_on_cpu(device: torch.device) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-# Keys `eval` may change: the conditions the policy is evaluated under, never the policy.
-EVAL_OVERRIDABLE = ("env.kwargs", "env.max_episode_steps")
+# Keys `eval` may change: the conditions the policy is evaluated under, never the policy; and
+# where the env's code is found.
+EVAL_OVERRIDABLE = ("env.kwargs", "env.max_episode_steps", "env.imports", "env.entry_point")
 
 
 def _eval_key(key: str, flag: str) -> None:
     if not any(key == k or key.startswith(k + ".") for k in EVAL_OVERRIDABLE):
         raise UserError(
-            f"{flag}{key}: eval can change only {' and '.join(k + '.*' if k == 'env.kwargs' else k for k in EVAL_OVERRIDABLE)} "
-            "(the conditions of the episodes, not the policy)"
+            f"{flag}{key}: eval can change only env.kwargs.* and env.max_episode_steps (the "
+            "conditions of the episodes, not the policy), and env.imports and env.entry_point "
+            "(where the env's code is)"
         )
 
 

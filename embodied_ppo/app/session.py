@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
+from embodied_ppo.app.factories import record_registered_env
 from embodied_ppo.app.results import Callback, Run, TrainResult
 from embodied_ppo.config.building import from_dict
 from embodied_ppo.config.loading import apply_overrides, load_config
@@ -69,7 +70,7 @@ def _new_run(cfg: Config, name: str) -> tuple[Config, Path, bool]:
     def checked_run_dir(cfg: Config) -> tuple[Config, Path, bool]:
         """`cfg` checked against its environment and machine, then its directory created."""
         check_run(cfg)  # unknown ids, bad spaces or kwargs, no device: before any file
-        return create_run_dir(cfg, name)
+        return create_run_dir(record_registered_env(cfg), name)
 
     if not distributed.launched_by_torchrun():
         return checked_run_dir(cfg)

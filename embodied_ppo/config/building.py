@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 import types
 import typing
 from typing import Literal, TypeVar
@@ -39,12 +40,15 @@ _ALIASES = {
 
 
 def _fmt(value: ConfigValue) -> str:
-    """`value` as a message quotes it: a string in quotes, anything else as inline YAML."""
-    return (
-        repr(value)
-        if isinstance(value, str)
-        else yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-    )
+    """`value` as a message quotes it: a string in quotes, plain data as inline YAML, any other
+    object (an env, a numpy number) by its type."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    except yaml.YAMLError:  # not plain data: YAML has no form for it
+        kind = type(value)
+        return f"a {kind.__module__}.{kind.__qualname__} object"
 
 
 def _type_name(tp: object) -> str:
@@ -104,13 +108,13 @@ def _coerce(value: ConfigValue, tp: object, path: str) -> object:
             return value
         raise bad
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)  # a numpy integer too: the config holds plain values
         if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
             return int(value)
         raise bad
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             if not math.isfinite(float(value)):
                 raise ConfigError(f"{path}: got {_fmt(value)}, expected a finite number")
             return float(value)

@@ -6,8 +6,8 @@ from embodied_ppo.config.loading import parse_override
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.types import ConfigDict
 
-# Keys that may change when a run resumes: they change when, where or how long it runs, not how
-# it learns. (A new trainer.total_steps moves a linear learning-rate schedule from the resume
+# Keys that may change when a run resumes: they change when, where or how long it runs, or
+# where its env's code is found (env.imports, env.entry_point), not how it learns. (A new trainer.total_steps moves a linear learning-rate schedule from the resume
 # point on, as optim.schedule_extension says.)
 RESUMABLE_KEYS = frozenset(
     {
@@ -28,6 +28,8 @@ RESUMABLE_KEYS = frozenset(
         "trainer.checkpoint_interval_steps",
         "trainer.eval_interval_steps",
         "optim.schedule_extension",
+        "env.imports",
+        "env.entry_point",
     }
 )
 

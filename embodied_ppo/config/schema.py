@@ -35,6 +35,13 @@ class EnvConfig:
         "Gymnasium id (required), or `module:EnvId` to import its module; backend mjlab: an "
         "mjlab task id",
     )
+    entry_point: str | None = _key(
+        None,
+        "`module:name` of the callable that makes env.id's env (an Env class or a function "
+        "returning one; env.kwargs are its arguments), registered under env.id where nothing "
+        "else registers it; set from a factory given to the Python API, or recorded from an id "
+        "registered with a class at run time",
+    )
     num_envs: int = _key(8, "environments stepped together, per process (see `num_envs_scope`)")
     backend: Literal["sync", "async", "envpool", "mjlab"] = _key(
         "sync",

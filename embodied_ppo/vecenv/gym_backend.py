@@ -99,9 +99,9 @@ def _make_member(
         # and closes them. A worker whose parent dies ends when its pipe closes.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        import_env_modules(cfg)
         if spec is not None and cfg.id not in gym.registry:
-            gym.registry[cfg.id] = spec
+            gym.registry[cfg.id] = spec  # before env.entry_point, which the main's spec made
+        import_env_modules(cfg)
     return TrackedEnv(make_one(cfg), index)
 
 

@@ -10,6 +10,7 @@ import gymnasium as gym
 
 from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.io.render import configure_headless_gl
+from embodied_ppo.vecenv.factory import register_entry_point
 from embodied_ppo.vecenv.mjlab_single import MjlabSingleEnv
 
 
@@ -59,10 +60,12 @@ OWN_TASKS = "embodied_ppo_envs"
 
 
 def import_env_modules(cfg: EnvConfig) -> None:
-    """Import what registers the env ids: the project's own tasks and `env.imports`."""
+    """Import what registers the env ids: the project's own tasks and `env.imports`; then
+    register env.id from `env.entry_point` where nothing registered it."""
     importlib.import_module(OWN_TASKS)
     for name in cfg.imports:
         importlib.import_module(name)
+    register_entry_point(cfg)
 
 
 def resolve_wrapper(name: str) -> type[gym.Wrapper]:

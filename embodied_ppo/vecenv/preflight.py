@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import pickle
 
 import gymnasium as gym
 
@@ -14,6 +15,7 @@ from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.vecenv import mjlab_tasks
 from embodied_ppo.vecenv.envpool_plan import plan
+from embodied_ppo.vecenv.factory import register_entry_point
 from embodied_ppo.vecenv.make import OWN_TASKS, episode_limit, make_one, resolve_wrapper
 from embodied_ppo.vecenv.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
 
@@ -34,10 +36,7 @@ def check_env_id(env_id: str, imports: list[str] | None = None) -> None:
     close = difflib.get_close_matches(name, list(gym.registry.keys()), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     if not module:  # perhaps a user's own env whose module nothing imported
-        hint += (
-            f"; if your own module registers it, name the module: env.id=my_module:{name} or "
-            "env.imports=[my_module]"
-        )
+        hint += "; if your own module registers it, name the module: env.imports=[my_module]"
     where = f" (after importing {module!r})" if module else ""
     raise ConfigError(f"env.id: unknown environment {name!r}{where}{hint}")
 
@@ -47,7 +46,35 @@ def check_id(cfg: EnvConfig) -> None:
     if cfg.backend == "mjlab":
         mjlab_tasks.check_task_id(cfg)
     else:
+        for i, name in enumerate(cfg.imports):
+            _import(name, f"env.imports[{i}]")
+        _import(OWN_TASKS, "env.id")
+        register_entry_point(cfg)  # env.id made by a recorded factory, where nothing else made it
         check_env_id(cfg.id, cfg.imports)
+
+
+def _check_factory(cfg: EnvConfig) -> None:
+    """A factory's env (env.entry_point) runs with the Gymnasium backends, and reaches env
+    worker processes only where they can import it."""
+    if cfg.entry_point is None:
+        return
+    if cfg.backend in ("envpool", "mjlab"):
+        raise ConfigError(
+            f"env.entry_point: got {cfg.entry_point!r} with env.backend {cfg.backend!r}; an env "
+            "a Python callable makes runs with env.backend sync or async"
+        )
+    workers = cfg.backend == "async" or cfg.processes > 1
+    spec = gym.registry.get(cfg.id)
+    if workers and spec is not None and not isinstance(spec.entry_point, str):
+        try:
+            pickle.dumps(spec.entry_point)
+        except Exception:
+            key = "env.backend" if cfg.backend == "async" else "env.processes"
+            raise ConfigError(
+                f"{key}: env worker processes cannot receive {cfg.entry_point} (it cannot be "
+                "pickled): define the factory at the top of a module, or step the envs in this "
+                "process (env.backend sync, env.processes=1)"
+            ) from None
 
 
 def _import(module: str, key: str) -> None:
@@ -94,7 +121,8 @@ def _check_wrappers(cfg: EnvConfig) -> list[type]:
 
 def _spaces(cfg: EnvConfig) -> SpaceInfo:
     """Build one env of `cfg` to read its spaces."""
-    check_env_id(cfg.id, cfg.imports)
+    check_id(cfg)
+    _check_factory(cfg)
     wrappers = _check_wrappers(cfg)
     try:
         env = make_one(cfg, wrap=False)

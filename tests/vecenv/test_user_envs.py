@@ -139,8 +139,7 @@ def test_wrappers_apply_in_order(robot):
         ),
         (
             ["env.id=MyRobot-v0"],  # registered by my_robot, which nothing imports
-            "; if your own module registers it, name the module: env.id=my_module:MyRobot-v0 "
-            "or env.imports=[my_module]",
+            "; if your own module registers it, name the module: env.imports=[my_module]",
         ),
         (
             ["env.id=my_robot:MyRobot-v0", "env.imports=[broken_robot]"],
