@@ -51,5 +51,6 @@ def tiny_config(env_id: str = "CartPole-v1", **blocks: dict) -> Config:
 def make_config():
     return tiny_config
 
+
 # Which skips a CI run allows (EMBODIED_PPO_STRICT_SKIPS=1): tests/skip_policy.py.
 from skip_policy import pytest_runtest_logreport, pytest_sessionfinish  # noqa: E402, F401
