@@ -29,6 +29,27 @@ Factory = Callable[..., gym.Env]
 _GIVEN: dict[str, Factory] = {}
 
 
+class OneEnv:
+    """A factory as Gymnasium's registry calls it: it must make one env (the run makes
+    env.num_envs of them and one more to evaluate). Pickled with its factory, for env worker
+    processes."""
+
+    def __init__(self, factory: Factory, entry_point: str) -> None:
+        self.factory, self.entry_point = factory, entry_point
+
+    def __call__(self, **kwargs: object) -> gym.Env:
+        """The factory's env; a vector env is a one-line ConfigError."""
+        env = self.factory(**kwargs)
+        if isinstance(env, gym.vector.VectorEnv):
+            env.close()
+            raise ConfigError(
+                f"env.entry_point: {self.entry_point} made a {type(env).__name__}, a vector "
+                "env; a factory makes one env (the run makes env.num_envs of them, stepped by "
+                "env.backend): return one env, e.g. gymnasium.make(...) instead of make_vec"
+            )
+        return env
+
+
 @dataclass(frozen=True)
 class FactoryRef:
     """How a run names and records a factory.
@@ -67,6 +88,8 @@ def describe(factory: object, key: str = "env") -> FactoryRef:
             f"{key}: got {type(factory).__name__}, expected a Gymnasium id (a string) or a "
             "callable that makes the env (an Env class or a function)"
         )
+    if isinstance(factory, OneEnv):
+        factory = factory.factory
     target = factory.func if isinstance(factory, functools.partial) else factory
     module = getattr(target, "__module__", None) or "?"
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
@@ -100,7 +123,7 @@ def _name(qualname: str) -> str:
 def use_factory(ref: FactoryRef, factory: Factory) -> None:
     """Register `factory` under `ref.env_id` in this process (again, if it was)."""
     _GIVEN[ref.env_id] = factory
-    gym.registry[ref.env_id] = EnvSpec(id=ref.env_id, entry_point=factory)
+    gym.registry[ref.env_id] = EnvSpec(id=ref.env_id, entry_point=OneEnv(factory, ref.entry_point))
 
 
 def register_entry_point(cfg: EnvConfig) -> None:
@@ -118,7 +141,8 @@ def register_entry_point(cfg: EnvConfig) -> None:
             why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:120]}"
         else:
             if callable(factory):
-                gym.registry[cfg.id] = EnvSpec(id=cfg.id, entry_point=factory)
+                made = OneEnv(factory, cfg.entry_point)
+                gym.registry[cfg.id] = EnvSpec(id=cfg.id, entry_point=made)
                 return
             why = "not a callable"
     raise ConfigError(

@@ -11,7 +11,7 @@ import pickle
 import gymnasium as gym
 
 from embodied_ppo.config.schema import CRITIC_FREE, Config, EnvConfig
-from embodied_ppo.core.errors import ConfigError
+from embodied_ppo.core.errors import ConfigError, UserError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.vecenv import mjlab_tasks
 from embodied_ppo.vecenv.envpool_plan import plan
@@ -126,6 +126,8 @@ def _spaces(cfg: EnvConfig) -> SpaceInfo:
     wrappers = _check_wrappers(cfg)
     try:
         env = make_one(cfg, wrap=False)
+    except UserError:
+        raise  # already one line naming its key (a factory that made a vector env)
     except ValueError as exc:
         key = getattr(exc, "key", None)  # a task's own refusal of one of its arguments
         if not isinstance(key, str):

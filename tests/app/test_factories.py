@@ -202,3 +202,16 @@ def test_env_worker_processes_take_an_importable_factory_and_refuse_a_lambda(tmp
         )  # fmt: skip
     assert str(info.value).startswith("env.processes: env worker processes cannot receive")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_factory_of_a_vector_env_is_one_line(tmp_path):
+    def make_vec():
+        return gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+
+    with pytest.raises(ConfigError) as info:
+        embodied_ppo.train("configs/cartpole.yaml", TINY, tmp_path / "run", env=make_vec, **quiet())
+    message = str(info.value)
+    assert (
+        message.startswith("env.entry_point: ") and "made a SyncVectorEnv, a vector env" in message
+    )
+    assert "\n" not in message and not (tmp_path / "run").exists()
