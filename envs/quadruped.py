@@ -87,7 +87,18 @@ class QuadrupedEnv(gym.Env):
             the robot).
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
+    metadata = {
+        "render_modes": ["rgb_array"],
+        "render_fps": 50,
+        # What a training's progress line shows beside the return (mean of the last 100
+        # episodes of each info["log"] key): how well the robot tracks its commands, and falls.
+        "progress_metrics": {
+            "metrics/tracking_error_lin": "velocity error {:.3f} m/s",
+            "metrics/tracking_error_yaw": "yaw rate error {:.3f} rad/s",
+            "metrics/fall_rate": "falls {:.0%}",
+            "metrics/terrain_level": "terrain level {:.1f}",
+        },
+    }
 
     def __init__(
         self,

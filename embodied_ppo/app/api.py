@@ -100,6 +100,7 @@ def evaluate(
     overrides: Sequence[str] = (),
     sweeps: Sequence[str] = (),
     env: object | None = None,
+    use_intact: bool = False,
 ) -> JSONDict:
     """Run evaluation episodes of a run directory's (or checkpoint's) policy, as the `eval`
     command does (eval.json written beside it); returns its summary: mean_return, std_return,
@@ -112,6 +113,8 @@ def evaluate(
         sweeps: `env.kwargs.KEY=[v1, v2]`: the episodes again under each value (`sweep`).
         env: the factory that made the run's env, again (needed where the run records one
             that this process cannot import: a lambda, a function of the training script).
+        use_intact: where a run directory's latest.pt is unreadable, evaluate its newest
+            intact checkpoint (else the error names it).
     """
     configure_headless_gl()  # before any MuJoCo import or OpenGL context (headless)
     bind_env_to_run(source, env)
@@ -127,11 +130,15 @@ def evaluate(
         out=None if verbose else io.StringIO(),
         overrides=list(overrides),
         sweeps=list(sweeps),
+        use_intact=use_intact,
     )
 
 
 def export(
-    source: str | Path, format: str = "torchscript", out: str | Path | None = None
+    source: str | Path,
+    format: str = "torchscript",
+    out: str | Path | None = None,
+    use_intact: bool = False,
 ) -> ExportResult:
     """Write a run's (or checkpoint's) deployable policy as TorchScript or ONNX, as the
     `export` command does, with a JSON of shapes, bounds and provenance beside it.
@@ -140,11 +147,13 @@ def export(
         source: a run directory (its checkpoints/latest.pt) or a checkpoint file.
         format: "torchscript" (what libtorch loads) or "onnx" (needs `.[onnx]`).
         out: the file to write; default RUN_DIR/exported/policy-<step>.pt (or .onnx).
+        use_intact: where a run directory's latest.pt is unreadable, export its newest intact
+            checkpoint (else the error names it).
 
     Returns:
         ExportResult(path, metadata_path, metadata).
     """
-    return export_policy(source, format, out)
+    return export_policy(source, format, out, use_intact)
 
 
 def plot(

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_USE_INTACT = "if RUN_DIR's latest.pt is unreadable, use its newest intact checkpoint"
+
+
 def _add_eval_export_plot(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser(
         "eval",
@@ -139,6 +142,7 @@ def _add_eval_export_plot(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="where to write the results (default RUN_DIR/eval.json)",
     )
+    ev.add_argument("--use-intact", action="store_true", help=_USE_INTACT)
 
     ex = sub.add_parser(
         "export",
@@ -158,6 +162,7 @@ def _add_eval_export_plot(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="output file (default RUN_DIR/exported/policy-<step>.pt|.onnx)",
     )
+    ex.add_argument("--use-intact", action="store_true", help=_USE_INTACT)
 
     pl = sub.add_parser(
         "plot",
@@ -201,13 +206,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         json_path=args.json,
         overrides=args.overrides,
         sweeps=args.sweep,
+        use_intact=args.use_intact,
     )
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """`embodied-ppo export`; returns the exit status."""
-    path, meta_path, _ = export_policy(args.checkpoint, args.format, args.out)
+    path, meta_path, _ = export_policy(args.checkpoint, args.format, args.out, args.use_intact)
     print(f"wrote {path} ({args.format})")
     print(f"wrote {meta_path}")
     return 0

@@ -22,7 +22,7 @@ from torch import nn
 from embodied_ppo.core.errors import CheckpointError, ObservationError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState, JSONDict
-from embodied_ppo.io.checkpoint import read_checkpoint
+from embodied_ppo.io.checkpoint import read_checkpoint_or_intact
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.inference import InferenceNet, inference_net, is_dict, is_recurrent
 from embodied_ppo.model.spec import PolicySpec
@@ -258,7 +258,7 @@ def load_policy(
     Raises:
         CheckpointError: the file is missing, truncated, or not an embodied-ppo checkpoint.
     """
-    ckpt, state = read_checkpoint(path)
+    ckpt, state = read_checkpoint_or_intact(path)  # names the run's newest intact one, if any
     return policy_from_state(state, str(ckpt), device, check_finite)
 
 

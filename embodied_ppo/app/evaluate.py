@@ -18,7 +18,7 @@ from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, ConfigError, UserError
 from embodied_ppo.core.types import ConfigDict, ConfigValue, JSONDict, JSONValue
 from embodied_ppo.core.version import __version__
-from embodied_ppo.io.checkpoint import read_checkpoint
+from embodied_ppo.io.checkpoint import read_checkpoint_or_intact
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.io.render import configure_headless_gl
 from embodied_ppo.io.video import VideoWriter
@@ -103,6 +103,7 @@ def evaluate_command(
     out: TextIO | None = None,
     overrides: list[str] | None = None,
     sweeps: list[str] | None = None,
+    use_intact: bool = False,
 ) -> JSONDict:
     """`embodied-ppo eval`: run episodes, print them, write eval.json (and an mp4 with `video`).
 
@@ -116,6 +117,8 @@ def evaluate_command(
             conditions than the run trained in (e.g. a fixed command schedule).
         sweeps: `env.kwargs.KEY=[v1, v2, ...]`: after the main episodes, the same episodes again
             under each value (a robustness sweep), each result in eval.json's `sweep`.
+        use_intact: for a run directory whose latest.pt is unreadable, evaluate its newest
+            intact checkpoint (else the error names it).
     """
     out = out or sys.stdout
     if episodes < 1:
@@ -123,7 +126,7 @@ def evaluate_command(
     if video is not None:
         configure_headless_gl()  # before anything imports mujoco
     dev = resolve_device(device, "--device")
-    ckpt, state = read_checkpoint(source)
+    ckpt, state = read_checkpoint_or_intact(source, use_intact, "eval")
     if not isinstance(state.get("config"), dict):
         raise CheckpointError(f"{ckpt}: it holds no config")
     try:

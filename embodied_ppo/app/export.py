@@ -12,7 +12,7 @@ from embodied_ppo.core.errors import ExportError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import JSONDict
 from embodied_ppo.core.version import __version__
-from embodied_ppo.io.checkpoint import read_checkpoint
+from embodied_ppo.io.checkpoint import read_checkpoint_or_intact
 from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.model.export import (
     FORMATS,
@@ -54,15 +54,18 @@ def _check_format(fmt: str) -> None:
         raise ExportError(f"--format: got {fmt!r}, allowed: {' | '.join(FORMATS)}")
 
 
-def export_policy(source: str | Path, fmt: str, out: str | Path | None = None) -> ExportResult:
-    """Export a checkpoint's inference policy as TorchScript or ONNX, plus a metadata JSON.
+def export_policy(
+    source: str | Path, fmt: str, out: str | Path | None = None, use_intact: bool = False
+) -> ExportResult:
+    """Export a checkpoint's inference policy as TorchScript or ONNX, plus a metadata JSON
+    (`use_intact`: a run directory's newest intact checkpoint where latest.pt is unreadable).
 
     Nothing is written unless the export succeeds; both files are written atomically.
     """
     _check_format(fmt)
     if fmt == "onnx":
         _require_onnx()
-    ckpt, state = read_checkpoint(source)
+    ckpt, state = read_checkpoint_or_intact(source, use_intact, "export")
     policy = policy_from_state(state, str(ckpt))
     out_path = (
         Path(out)

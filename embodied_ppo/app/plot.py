@@ -203,6 +203,27 @@ def _smooth(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
+@dataclass
+class Drawn:
+    """What a figure shows, for its title: training curves, evaluations, bands over seeds."""
+
+    train: bool = False
+    eval: bool = False
+    band: bool = False
+
+    def title(self, smooth: int) -> str:
+        """A title that names what is drawn, and nothing that is not."""
+        parts = []
+        if self.train:
+            how = ["solid"] if self.eval else []
+            how += [f"moving average of {smooth} points"] if smooth > 1 else []
+            parts.append("training episodes" + (f" ({', '.join(how)})" if how else ""))
+        if self.eval:
+            parts.append("evaluations (dashed)" if self.train else "evaluations")
+        text = "Episodic return: " + ", ".join(parts)
+        return text + ("; bands: +-1 std over seeds" if self.band else "")
+
+
 def plot_runs(
     run_dirs: list[str], out: str | Path = "curves.png", smooth: int = 1, title: str | None = None
 ) -> Path:
@@ -228,6 +249,7 @@ def plot_runs(
     labels = _labels(groups)
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    drawn = Drawn()
     for i, (group, label) in enumerate(zip(groups, labels, strict=True)):
         color = colors[i % len(colors)]
         for tag, kind in TAGS.items():
@@ -241,14 +263,14 @@ def plot_runs(
             marker = "o" if steps.size == 1 or kind == "eval" else None
             ax.plot(steps, mean, style, color=color, label=f"{label} {kind}", linewidth=1.6,
                     marker=marker, markersize=4)  # fmt: skip
+            drawn.train = drawn.train or kind == "train"
+            drawn.eval = drawn.eval or kind == "eval"
             if len(curves) > 1:
                 ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
+                drawn.band = True
     ax.set_xlabel("environment steps")
     ax.set_ylabel("episodic return")
-    ax.set_title(
-        title or "Episodic return (solid: train, dashed: eval; band: +-1 std over seeds)",
-        fontsize=10,
-    )
+    ax.set_title(title or drawn.title(smooth), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()

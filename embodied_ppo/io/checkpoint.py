@@ -179,3 +179,30 @@ def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
         except OSError:
             pass
     return removed
+
+
+def read_checkpoint_or_intact(
+    source: str | Path, use_intact: bool = False, command: str | None = None
+) -> tuple[Path, CheckpointState]:
+    """The checkpoint `source` names (a file, or a run directory's latest.pt), loaded. Where a
+    run directory's latest.pt is unreadable and an older checkpoint of the run is intact: that
+    one with `use_intact`, else a CheckpointError naming it (and, for the `embodied-ppo
+    <command>` that reads it, the command that takes it and the flag)."""
+    try:
+        return read_checkpoint(source)
+    except CheckpointError as exc:
+        run_dir = Path(source)
+        if not run_dir.is_dir() or not (checkpoints_dir(run_dir) / "latest.pt").exists():
+            raise
+        intact = newest_intact(run_dir)
+        if intact is None:
+            raise CheckpointError(f"{exc}; no other checkpoint of this run is readable") from None
+        if not use_intact:
+            how = (
+                "load it by that path"
+                if command is None
+                else f"`embodied-ppo {command} {intact[0]}` takes it (or add --use-intact; "
+                "use_intact=True from Python)"
+            )
+            raise CheckpointError(f"{exc}; the newest intact one is {intact[0]}: {how}") from None
+        return intact

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
 
@@ -27,10 +28,12 @@ class Progress:
         mean_return: float | None,
         final: bool = False,
         eta_sps: float | None = None,
+        shown: Sequence[str] = (),
     ) -> None:
-        """Show the run at `step` (steps per second, mean return of recent episodes); the ETA
-        comes from `eta_sps` where given (a rate that leaves out one-off costs such as
-        compiling the update), else from `sps`."""
+        """Show the run at `step` (steps per second, mean return of recent episodes, and the
+        task's own metrics, `shown` as formatted by `metric_texts`); the ETA comes from
+        `eta_sps` where given (a rate that leaves out one-off costs such as compiling the
+        update), else from `sps`."""
         now = time.monotonic()
         if not self.tty and not final and now - self.last_print < self.period:
             return
@@ -40,7 +43,9 @@ class Progress:
         ret = "n/a" if mean_return is None else f"{mean_return:.1f}"
         line = (
             f"step {step:,}/{self.total:,} ({100.0 * min(step, self.total) / self.total:5.1f}%) | "
-            f"{sps:,.0f} steps/s | return {ret} | ETA {_duration(eta)}"
+            f"{sps:,.0f} steps/s | return {ret} | "
+            + "".join(f"{text} | " for text in shown)
+            + f"ETA {_duration(eta)}"
         )
         if self.tty:
             self.stream.write("\r\033[K" + line + ("\n" if final else ""))
@@ -60,6 +65,25 @@ class Progress:
         """A line of its own (on a terminal, in place of the progress line, which follows)."""
         self.stream.write(("\r\033[K" if self.tty else "") + text + "\n")
         self.stream.flush()
+
+
+def metric_texts(formats: Mapping[str, str], logs: Iterable[Mapping[str, float]]) -> list[str]:
+    """The task's metrics as its progress line shows them: for each key of `formats` (an
+    info["log"] key, e.g. "metrics/fall_rate"), its mean over the episodes' `logs` that hold it,
+    put in its format string ("falls {:.0%}" -> "falls 12%")."""
+    values: dict[str, list[float]] = {}
+    for log in logs:
+        for key, value in log.items():
+            values.setdefault(key, []).append(float(value))
+    texts = []
+    for key, fmt in formats.items():
+        if values.get(key):
+            mean = math.fsum(values[key]) / len(values[key])
+            try:
+                texts.append(fmt.format(mean))
+            except (ValueError, IndexError, KeyError):  # a format the value does not fit
+                texts.append(f"{key} {mean:.3g}")
+    return texts
 
 
 def _duration(seconds: float) -> str:

@@ -33,7 +33,7 @@ from embodied_ppo.core.system import default_threads
 from embodied_ppo.core.text import Discard
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.io.metrics import MetricsLogger
-from embodied_ppo.io.progress import Progress, eval_line
+from embodied_ppo.io.progress import Progress, eval_line, metric_texts
 from embodied_ppo.io.rng import seed_everything
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner import distributed
@@ -54,6 +54,7 @@ from embodied_ppo.runner.preflight import check_policy, resolve_device
 from embodied_ppo.runner.run_state import RunState
 from embodied_ppo.runner.scalars import RECENT_RETURN, IterationTiming, iteration_scalars
 from embodied_ppo.vecenv import make_env
+from embodied_ppo.vecenv.make import progress_formats
 from embodied_ppo.vecenv.seeding import env_seeds, group_seeds, noise_seed
 
 
@@ -163,6 +164,10 @@ class Trainer(RunState):
         else:
             self.restore(resume)
         self.progress = Progress(t.total_steps, progress_stream if self.main else Discard())
+        # The task's own metrics the progress line shows (its info["log"] keys), and their last
+        # 100 episodes' values: shown only, never logged from here, so not checkpointed.
+        self.shown = progress_formats(e) if self.main else {}
+        self.recent_logs: deque[dict[str, float]] = deque(maxlen=100)
 
     # ----------------------------------------------------------------------------------- loop
     def train(
@@ -247,6 +252,11 @@ class Trainer(RunState):
             clock.restart_eta(self.global_step)  # the ETA leaves the compilation out
         self.iteration += 1
         self.recent_returns.extend(stats.episode_returns)
+        if self.shown:
+            logs = stats.episode_logs
+            self.recent_logs.extend(
+                {k: v for k, v in log.items() if k in self.shown} for log in logs
+            )
         timing = IterationTiming(lr, clock.sps(self.global_step), t1 - t0, t2 - t1)
         scaler = self.reward_scaler if cfg.env.normalize_reward else None
         scalars = iteration_scalars(stats, metrics, buf, timing, scaler) | extra
@@ -305,6 +315,7 @@ class Trainer(RunState):
             self.mean_recent_return(),
             final=final,
             eta_sps=clock.eta_sps(self.global_step),
+            shown=metric_texts(self.shown, self.recent_logs),
         )
 
     def _close(self, logger: MetricsLogger | None) -> None:

@@ -7,6 +7,7 @@ import logging
 import warnings
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
 from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.io.render import configure_headless_gl
@@ -95,3 +96,25 @@ def make_one(cfg: EnvConfig, render_mode: str | None = None, wrap: bool = True) 
     for wrapper in cfg.wrappers if wrap else ():
         env = resolve_wrapper(wrapper.name)(env, **wrapper.kwargs)
     return env
+
+
+def progress_formats(cfg: EnvConfig) -> dict[str, str]:
+    """The episode metrics (info["log"] keys) the task names for the progress line, with the
+    format of each: its class's `metadata["progress_metrics"]` (e.g. the quadruped's tracking
+    errors and falls); none for a task that names none (or that is not a registered class)."""
+    if cfg.backend == "mjlab":
+        return {}
+    import_env_modules(cfg)
+    spec = gym.registry.get(cfg.id.rpartition(":")[2])
+    entry = None if spec is None else spec.entry_point
+    try:
+        if isinstance(entry, str):
+            entry = load_env_creator(entry)
+    except (ImportError, AttributeError):
+        return {}
+    entry = getattr(entry, "factory", entry)  # a factory given to the API (OneEnv)
+    metadata = getattr(entry, "metadata", None)
+    shown = metadata.get("progress_metrics") if isinstance(metadata, dict) else None
+    if not isinstance(shown, dict):
+        return {}
+    return {str(k): str(v) for k, v in shown.items()}

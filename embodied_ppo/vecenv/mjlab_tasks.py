@@ -2,7 +2,8 @@
 task id, env.kwargs and the time limit on the task's env config, building the batched env
 quietly, its spaces, and whether `num_envs` of it fit in the device's memory.
 
-mjlab (an optional dependency, `pip install 'embodied-ppo[mjlab]'`) registers its tasks when
+mjlab (an optional dependency, `pip install -e ".[mjlab]" torch==<the installed torch>`: see
+`install_hint`) registers its tasks when
 `mjlab.tasks` is imported; every task is a `ManagerBasedRlEnvCfg` that builds one
 `ManagerBasedRlEnv` stepping all of its envs at once on one device with MuJoCo Warp.
 """
@@ -28,7 +29,18 @@ from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.vecenv.spaces import SpaceInfo, UnsupportedSpace, describe_spaces
 
-INSTALL_HINT = "env.backend: 'mjlab' needs the mjlab package: pip install 'embodied-ppo[mjlab]'"
+
+def install_hint() -> str:
+    """How to install the mjlab extra, naming the torch installed here: mjlab's rsl-rl-lib asks
+    for torchvision, whose newest release needs a newer torch, and without the pin pip replaces
+    a CPU build of torch with a CUDA build of the next version (docs/environments.md)."""
+    pin = f"torch=={torch.__version__}"
+    return (
+        f"env.backend: 'mjlab' needs the mjlab package: pip install -e \".[mjlab]\" {pin} in a "
+        f"clone (pip install 'embodied-ppo[mjlab]' {pin} otherwise); naming the installed torch "
+        "keeps pip from replacing it"
+    )
+
 
 _log = logging.getLogger("embodied_ppo.mjlab")
 
@@ -49,7 +61,7 @@ def import_mjlab() -> ModuleType:
         warp.config.quiet = True
     except ImportError as exc:
         if (exc.name or "").split(".")[0] in ("mjlab", "warp", "mujoco_warp"):
-            raise ConfigError(INSTALL_HINT) from None
+            raise ConfigError(install_hint()) from None
         raise ConfigError(
             f"env.backend: mjlab cannot be imported ({type(exc).__name__}: {first_line(exc)})"
         ) from None

@@ -1,6 +1,7 @@
 """Drive the quadruped with an exported ONNX policy, the way a robot's control stack runs it.
 
-Only mujoco, numpy and onnxruntime: the observation, the PD loop and the command logic are
+Only mujoco, numpy and onnxruntime (and pyyaml, to read a run's config with `--config`): the
+observation, the PD loop and the command logic are
 written here for the robot, as firmware would be (nothing of embodied_ppo or its tasks is
 imported; the robot's constants are repeated below on purpose, with where they come from).
 The policy runs at 50 Hz on what the sensors give (IMU angular velocity and gravity direction,
@@ -176,7 +177,10 @@ def parse_args() -> argparse.Namespace:
     )
     args = p.parse_args()
     if args.config is not None:
-        import yaml  # only for reading a run's config
+        try:
+            import yaml  # only for reading a run's config
+        except ImportError:
+            p.error("--config reads a run's config.yaml with pyyaml: pip install pyyaml")
 
         kwargs = (yaml.safe_load(args.config.read_text()).get("env") or {}).get("kwargs") or {}
         given = {a.split("=")[0] for a in __import__("sys").argv[1:] if a.startswith("--")}

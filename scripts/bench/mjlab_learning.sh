@@ -10,7 +10,8 @@
 #     ITERATIONS=200 bash scripts/bench/mjlab_learning.sh OUT_DIR
 #     STEPS=rsl_rl ITERATIONS=200 bash scripts/bench/mjlab_learning.sh OUT_DIR   # one side only
 #
-# Needs a GPU and the mjlab extra (pip install -e ".[mjlab]"). The first run compiles MuJoCo
+# Needs a GPU and the mjlab extra (pip install -e ".[mjlab]" torch==<the installed torch>: the
+# pin keeps pip from replacing torch, docs/environments.md). The first run compiles MuJoCo
 # Warp's kernels on a cold cache (~1-2 min, then cached in ~/.cache/warp), so compare the
 # iterations' times, not the processes'. ENVS (4096) and SEED (0) apply to both sides.
 # LIMIT: seconds each side may run (0, the default: no limit; what a side logged is kept).

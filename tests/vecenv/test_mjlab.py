@@ -59,9 +59,12 @@ def test_missing_extra_is_a_one_line_error_naming_it(monkeypatch, tmp_path, caps
         main(["train", str(config)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
+    pin = f"torch=={torch.__version__}"  # the installed torch, which pip must keep
     assert err == [
         "embodied-ppo: error: env.backend: 'mjlab' needs the mjlab package: "
-        "pip install 'embodied-ppo[mjlab]'"
+        f'pip install -e ".[mjlab]" {pin} in a clone '
+        f"(pip install 'embodied-ppo[mjlab]' {pin} otherwise); naming the installed torch keeps "
+        "pip from replacing it"
     ]
     assert not (tmp_path / "run").exists()
 
