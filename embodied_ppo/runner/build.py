@@ -16,18 +16,20 @@ from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError
 from embodied_ppo.core.system import usable_cores
 from embodied_ppo.core.text import first_line
-from embodied_ppo.core.types import CheckpointState, Reduce
+from embodied_ppo.core.types import Reduce
 from embodied_ppo.io.checkpoint import load_checkpoint
+from embodied_ppo.io.checkpoint_state import RunCheckpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.encoders import CNNSpec
 from embodied_ppo.model.spec import DictObsSpec, ObsKeySpec, PolicySpec, RecurrentSpec
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.buffer import RolloutBuffer
-from embodied_ppo.runner.collector import Collector, CollectorSettings
+from embodied_ppo.runner.collector import Collector
 from embodied_ppo.runner.device_collector import DeviceCollector
 from embodied_ppo.runner.preflight import inference_path
+from embodied_ppo.runner.rollout import CollectorSettings, RolloutCollector
 from embodied_ppo.vecenv.device_protocol import DeviceVecEnv
-from embodied_ppo.vecenv.protocol import VecEnv
+from embodied_ppo.vecenv.protocol import BatchedEnvs, VecEnv
 from embodied_ppo.vecenv.spaces import SpaceInfo
 
 
@@ -156,14 +158,14 @@ def init_from(policy: ActorCritic, path: str, device: torch.device) -> None:
 
 
 def make_reference(
-    cfg: Config, policy: ActorCritic, device: torch.device, resume: CheckpointState | None
+    cfg: Config, policy: ActorCritic, device: torch.device, resume: RunCheckpoint | None
 ) -> ActorCritic:
     """The frozen reference policy: a resumed run's own; else algorithm.reference_checkpoint,
     or a snapshot of `policy` as training starts (after model.init_from)."""
-    saved = None if resume is None else resume.get("reference")
+    saved = None if resume is None else resume.reference
     path = cfg.algorithm.reference_checkpoint
     if saved is not None:
-        spec, weights = PolicySpec.from_dict(saved["spec"]), saved["model"]
+        spec, weights = PolicySpec.from_dict(saved.spec), saved.model
     elif path is not None:
         spec, weights = load_policy_weights(path, device, "algorithm.reference_checkpoint")
         for key in ("obs_dim", "action_kind", "action_dim"):
@@ -181,26 +183,27 @@ def make_reference(
     return ref.eval()
 
 
-def make_collector(
+def collector_settings(
     cfg: Config,
-    envs: VecEnv | DeviceVecEnv,
+    envs: BatchedEnvs,
     policy: ActorCritic,
-    buffer: RolloutBuffer,
-    reward_scaler: RewardScaler,
     device: torch.device,
+    *,
     env_offset: int,
     world: int,
     reduce: Reduce | None,
     notes: TextIO | None,
-) -> Collector | DeviceCollector:
-    """The collector of one process's envs (a device env's keeps the rollout on the device)."""
+) -> CollectorSettings:
+    """How one process's collector runs: where the policy acts (a device env's always in torch,
+    a host env's where trainer.inference says), its micro-batches, its slice of the run's envs
+    (env_offset of num_envs x world), its reductions and notes."""
     a, e = cfg.algorithm, cfg.env
-    on_device = getattr(envs, "on_device", False)
-    settings = CollectorSettings(
+    inference = (
+        "device" if envs.on_device else inference_path(cfg.trainer.inference, policy, e.num_envs)
+    )
+    return CollectorSettings(
         device=device,
-        inference="device"
-        if on_device
-        else inference_path(cfg.trainer.inference, policy, e.num_envs),
+        inference=inference,
         micro_batch=a.rollout_micro_batch_size,
         forward_micro_batch=a.logprob_forward_micro_batch_size,
         env_offset=env_offset,
@@ -209,7 +212,18 @@ def make_collector(
         keep_bootstrap_obs=a.recompute_advantages,
         notes=notes,
     )
-    if on_device:
+
+
+def make_collector(
+    envs: VecEnv | DeviceVecEnv,
+    policy: ActorCritic,
+    buffer: RolloutBuffer,
+    reward_scaler: RewardScaler,
+    settings: CollectorSettings,
+) -> RolloutCollector:
+    """The collector of one process's envs, by the kind the envs say they are: a device env's
+    keeps the rollout on the device, a host env's stages it on the host."""
+    if envs.on_device:
         return DeviceCollector(envs, policy, buffer, reward_scaler, settings)
     return Collector(envs, policy, buffer, reward_scaler, settings)
 
@@ -218,7 +232,7 @@ def make_in_reward_kl(
     cfg: Config,
     policy: ActorCritic,
     reference: ActorCritic | None,
-    resume: CheckpointState | None,
+    resume: RunCheckpoint | None,
     reduce: Reduce | None,
 ) -> InRewardKL | None:
     """The in-reward KL penalty (algorithm.use_kl_in_reward), with a resumed run's
@@ -228,8 +242,8 @@ def make_in_reward_kl(
         return None
     assert reference is not None
     coef = a.kl_ctrl.kl_coef
-    if resume is not None and resume.get("kl_coef") is not None:
-        coef = float(resume["kl_coef"])
+    if resume is not None and resume.kl_coef is not None:
+        coef = resume.kl_coef
     return InRewardKL(a, policy, reference, coef, reduce)
 
 

@@ -1,4 +1,5 @@
-"""Rollout collection: env <-> policy, with truncation bootstrap values (docs/design.md, rule 1).
+"""Rollout collection from host envs (`vecenv.VecEnv`): env <-> policy, with truncation
+bootstrap values (docs/design.md, rule 1), behind the rollout contract (`runner.rollout`).
 
 The policy, normalizer included, is fixed during a rollout: the stored log-probs and values are
 exactly those of the policy the update starts from. The rollout is staged on the host
@@ -8,63 +9,22 @@ exactly those of the policy the update starts from. The rollout is staged on the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, TextIO
 
 import numpy as np
 import torch
 
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.core.obs import map_obs, set_obs
-from embodied_ppo.core.types import CheckpointState, Reduce
+from embodied_ppo.io.checkpoint_state import EnvsSnapshot, TensorObs
 from embodied_ppo.model.actor_critic import ActorCritic
-from embodied_ppo.runner.acting import VALUE_BATCH_ROWS, Acting, rollout_noise
+from embodied_ppo.runner.acting import VALUE_BATCH_ROWS, Acting
 from embodied_ppo.runner.buffer import RolloutBuffer
+from embodied_ppo.runner.noise import EnvSlice, HostNoise
+from embodied_ppo.runner.rollout import Bootstrap, CollectorSettings, RolloutCollector, RolloutStats
 from embodied_ppo.runner.staging import Staging
 from embodied_ppo.vecenv.protocol import StepResult, VecEnv
 from embodied_ppo.vecenv.seeding import warm_up_seed
 from embodied_ppo.vecenv.spaces import Obs
-
-
-@dataclass
-class RolloutStats:
-    """Finished episodes (raw returns and lengths) seen during one rollout."""
-
-    episode_returns: list[float] = field(default_factory=list)
-    episode_lengths: list[int] = field(default_factory=list)
-    steps: int = 0  # environment steps taken (N per vector step)
-    # info["is_success"] at the end of each finished episode that reported it
-    episode_successes: list[float] = field(default_factory=list)
-    # info["log"] at the end of each finished episode that reported one (the env's own scalars)
-    episode_logs: list[dict[str, float]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class CollectorSettings:
-    """How a collector runs.
-
-    Attributes:
-        inference: "host" (the numpy snapshot) or "device" (torch on `device`).
-        micro_batch: at most this many envs per forward pass (`rollout_micro_batch_size`).
-        forward_micro_batch: at most this many rows per forward pass when the run's first
-            rollout is evaluated again (`logprob_forward_micro_batch_size`).
-        env_offset, total_envs: this process steps envs env_offset .. env_offset + N - 1 of
-            total_envs (all processes of a distributed run): the noise of env k is the same
-            whatever the split.
-        reduce: sums a tensor over processes (reward and observation statistics).
-        keep_bootstrap_obs: also keep the observation after the last step and the final
-            observations of truncated episodes (`algorithm.recompute_advantages`).
-        notes: where one-off notes go.
-    """
-
-    device: torch.device
-    inference: Literal["host", "device"] = "device"
-    micro_batch: int | None = None
-    forward_micro_batch: int | None = None
-    env_offset: int = 0
-    total_envs: int | None = None
-    reduce: Reduce | None = None
-    keep_bootstrap_obs: bool = False
-    notes: TextIO | None = None
 
 
 @dataclass
@@ -81,14 +41,16 @@ class _Rollout:
     new_state: torch.Tensor | None = None  # a recurrent policy's state after this step
 
 
-class Collector:
-    """Fills a RolloutBuffer by stepping `envs` with `policy`.
+class Collector(RolloutCollector[VecEnv, Obs]):
+    """Fills a RolloutBuffer by stepping host `envs` with `policy`.
 
     A recurrent policy acts in torch, one step at a time, carrying each env's state: the state
     is zeroed where an episode starts (after a termination or a truncation), stored in the
     buffer before every step, and a truncated episode is bootstrapped with the value of its
     final observation under the state that reached it.
     """
+
+    noise: HostNoise
 
     def __init__(
         self,
@@ -98,25 +60,30 @@ class Collector:
         reward_scaler: RewardScaler,
         settings: CollectorSettings,
     ) -> None:
-        self.envs, self.policy, self.buffer = envs, policy, buffer
-        self.reward_scaler, self.settings = reward_scaler, settings
-        self.device = settings.device
+        super().__init__(envs, policy, buffer, reward_scaler, settings)
         N = envs.num_envs
         self.acting = Acting(
-            policy, self.device, settings.inference == "host", settings.micro_batch or N,
-            settings.notes,
-        )  # fmt: skip
-        self.obs: Obs | None = None  # (N, ...): what the policy acts on next
-        self.merged = False  # the last rollout's observations are in the normalizers
+            policy,
+            self.device,
+            host=settings.inference == "host",
+            micro_batch=settings.micro_batch or N,
+            notes=settings.notes,
+        )
         # Recurrent policies: each env's state after its last step, and whether its next step
         # starts an episode (the state is zeroed before it).
         self.state_size = policy.state_size
         self.rnn_state = torch.zeros(N, self.state_size, device=self.device)
         self.episode_starts = np.ones(N, dtype=bool)
         self.stage = Staging(
-            envs.info, buffer.num_steps, N, tuple(buffer.actions.shape[2:]), policy.is_gaussian,
-            self.state_size,
-        )  # fmt: skip
+            envs.info,
+            (buffer.num_steps, N),
+            tuple(buffer.actions.shape[2:]),
+            gaussian=policy.is_gaussian,
+            state_size=self.state_size,
+        )
+
+    def _noise_source(self, envs: EnvSlice) -> HostNoise:
+        return HostNoise(self.policy, envs)
 
     # ------------------------------------------------------------------ env state
     def start(self, seeds: list[int] | None = None) -> None:
@@ -125,7 +92,7 @@ class Collector:
         self.rnn_state.zero_()
         self.episode_starts.fill(True)
 
-    def state(self) -> CheckpointState:
+    def state(self) -> EnvsSnapshot:
         """The envs mid-episode, the observation acted on next and a recurrent policy's states
         (checkpoint-safe)."""
         obs = None if self.obs is None else map_obs(lambda x: torch.from_numpy(x.copy()), self.obs)
@@ -135,38 +102,18 @@ class Collector:
                 "state": self.rnn_state.cpu().clone(),
                 "starts": torch.from_numpy(self.episode_starts.copy()),
             }
-        return {"envs": self.envs.get_state(), "obs": obs, "recurrent": recurrent}
+        return EnvsSnapshot(self.envs.get_state(), obs, recurrent)
 
-    def restore(
-        self, state: CheckpointState | None, fresh_seeds: list[int], steps: int
-    ) -> str | None:
-        """Put the envs back where `state()` left them; returns why that failed, or None.
-
-        On failure the envs start fresh episodes from `fresh_seeds` (deterministic, but not the
-        uninterrupted run), the reward scaler forgets the discounted returns of the episodes
-        that were cut, and the env step count continues from `steps`.
-        """
-        self.start(fresh_seeds)
-        saved = None if state is None else state.get("envs")
-        obs = None if state is None else state.get("obs")
-        if saved is None or obs is None:
-            reason = "the checkpoint holds no environment state"
-        else:
-            reason = self.envs.set_state(saved)
-            recurrent = state.get("recurrent") if self.state_size else None
-            if reason is None and self.state_size and recurrent is None:
-                reason = "the checkpoint holds no recurrent states"
-            if reason is None:
-                self.obs = map_obs(lambda x: x.numpy().copy(), obs)
-                if recurrent is not None:
-                    self.rnn_state.copy_(recurrent["state"])
-                    self.episode_starts[:] = recurrent["starts"].numpy()
-                return None
-            if saved["members"] is not None:
-                self.start(fresh_seeds)  # undo a partial restore
-        self.envs.set_steps(steps)
-        self.reward_scaler.reset_returns()
-        return reason
+    def _accept(self, snapshot: EnvsSnapshot) -> str | None:
+        """The observation acted on next, and a recurrent policy's states."""
+        if self.state_size and snapshot.recurrent is None:
+            return "the checkpoint holds no recurrent states"
+        assert snapshot.obs is not None
+        self.obs = map_obs(lambda x: x.numpy().copy(), snapshot.obs)
+        if self.state_size and snapshot.recurrent is not None:
+            self.rnn_state.copy_(snapshot.recurrent["state"])
+            self.episode_starts[:] = snapshot.recurrent["starts"].numpy()
+        return None
 
     # ------------------------------------------------------------------ the rollout
     @torch.inference_mode()
@@ -191,14 +138,18 @@ class Collector:
         if episodic:
             self.start(episode_seeds)
         assert self.obs is not None, "call start() first"
-        T, N, s = self.buffer.num_steps, self.envs.num_envs, self.settings
+        T, N = self.buffer.num_steps, self.envs.num_envs
         self.stage.clear()
-        noise = rollout_noise(self.policy, T, N, noise_seed, s.env_offset, s.total_envs)
+        noise = self.noise.draw(T, noise_seed)
         self.acting.begin()
         run = _Rollout(
-            RolloutStats(), noise, self.acting.noise_terms(noise), episodic,
-            done=np.zeros(N, dtype=bool), steps=T,
-        )  # fmt: skip
+            RolloutStats(),
+            noise,
+            self.acting.noise_terms(noise),
+            episodic=episodic,
+            done=np.zeros(N, dtype=bool),
+            steps=T,
+        )
         self.merged = False
         obs = self.obs
         for t in range(T):
@@ -256,10 +207,10 @@ class Collector:
                 run.finals.append((t, cut, map_obs(np.copy, final)))
             st.truncated[t, cut] = True
         n = len(res.episode_envs)
-        for env, ret, length, success, log in zip(
-            res.episode_envs, res.episode_returns, res.episode_lengths,
-            res.episode_successes or [None] * n, res.episode_logs or [None] * n, strict=True,
-        ):  # fmt: skip
+        successes = res.episode_successes or [None] * n
+        logs = res.episode_logs or [None] * n
+        ended = (res.episode_envs, res.episode_returns, res.episode_lengths, successes, logs)
+        for env, ret, length, success, log in zip(*ended, strict=True):
             if run.done[env]:  # episodic: a later episode of an env that already finished
                 continue
             run.stats.episode_returns.append(ret)
@@ -295,34 +246,23 @@ class Collector:
         else:
             last = acting.values(obs)
         self.obs = map_obs(np.copy, obs)  # the env may reuse its observation arrays
-        st.copy_to(self.buffer, torch.from_numpy(last))
-        buf = self.buffer
+        st.copy_to(self.buffer)
+        bootstrap = None
         if self.settings.keep_bootstrap_obs:
-            buf.keep_bootstrap_obs(
-                acting.tensors(self.obs),
-                [
-                    (t, torch.from_numpy(cut).to(self.device), acting.tensors(final))
-                    for t, cut, final in run.finals
-                    if t < steps
-                ],
-            )
-        mask = buf.mask if run.episodic else None
-        buf.rewards.copy_(
-            self.reward_scaler.scale_rollout(buf.rewards, buf.ends, mask, self.settings.reduce)
-        )
+            finals = [
+                (t, torch.from_numpy(cut).to(self.device), acting.tensors(final))
+                for t, cut, final in run.finals
+                if t < steps
+            ]
+            bootstrap = Bootstrap(acting.tensors(self.obs), finals)
+        self._finish_buffer(torch.from_numpy(last).to(self.device), bootstrap, run.episodic)
 
     # ------------------------------------------------------------------ observation statistics
-    def merge_obs_statistics(self) -> None:
-        """Merge the last rollout's observations into the policy's normalizers (docs/design.md,
-        rule 2), once.
+    def _observations(self) -> TensorObs:
+        return self.buffer.flat("obs")["obs"]
 
-        Called after the update, so collection, the stored log-probs and values, and the update of
-        one iteration all see the same normalization (the first ratio of an update is exactly 1).
-        """
-        if self.merged:
-            return
-        buf = self.buffer
-        self._merge(buf.flat("obs")["obs"], buf.mask.reshape(-1).bool())
+    def _counted_rows(self) -> torch.Tensor:
+        return self.buffer.mask.reshape(-1).bool()
 
     @torch.inference_mode()
     def _warm_up(self, noise_seed: int | None) -> None:
@@ -336,8 +276,8 @@ class Collector:
         rollout's inputs would sit at the clip.) Its episodes go on into the first rollout;
         its rewards are not scaled, trained on or logged, and its steps are not counted."""
         assert self.obs is not None
-        T, N, s = self.buffer.num_steps, self.envs.num_envs, self.settings
-        noise = rollout_noise(self.policy, T, N, noise_seed, s.env_offset, s.total_envs)
+        T = self.buffer.num_steps
+        noise = self.noise.draw(T, noise_seed)
         self.acting.begin()
         seen = []
         obs = self.obs
@@ -358,17 +298,7 @@ class Collector:
             stacked: Obs = {k: np.concatenate([o[k] for o in seen]) for k in obs}
         else:
             stacked = np.concatenate(seen)
-        self._merge(self.acting.tensors(stacked), torch.ones(T * N, dtype=torch.bool))
-
-    def _merge(self, obs: torch.Tensor | dict[str, torch.Tensor], keep: torch.Tensor) -> None:
-        """Merge observations (B, ...) into the normalizers, the rows where `keep` (B,) holds
-        (episodic rollouts: the steps of the episodes only)."""
-        if not bool(keep.all()):
-            first = next(iter(obs.values())) if isinstance(obs, dict) else obs
-            keep = keep.to(first.device)
-            obs = map_obs(lambda x: x[keep], obs)
-        self.policy.update_obs_statistics(obs, self.settings.reduce)
-        self.merged = True
+        self._merge(self.acting.tensors(stacked))
 
     def _reset_states(self) -> torch.Tensor:
         """The recurrent states before the next step: zeros where an episode starts."""

@@ -1,11 +1,13 @@
-"""Rollout collection from an env that lives on the training device (`env.DeviceVecEnv`, e.g.
-mjlab): observations, actions and the whole rollout stay device tensors, written straight into
-the buffer; the policy acts in torch. Nothing goes to the host per step; the episodes'
-statistics and the finiteness check are read once per rollout.
+"""Rollout collection from an env that lives on the training device (`vecenv.DeviceVecEnv`,
+e.g. mjlab), behind the rollout contract (`runner.rollout`): observations, actions and the whole
+rollout stay device tensors, written straight into the buffer; the policy acts in torch.
+Nothing goes to the host per step; the episodes' statistics and the finiteness check are read
+once per rollout.
 
-The semantics are `Collector`'s (docs/design.md, rules 1 and 2): a truncated episode is
-bootstrapped with V(final_obs), a terminated one with 0; the policy is fixed during a rollout;
-before the run's first rollout the normalizers take the observations every env starts from.
+The semantics are the host `collector.Collector`'s (docs/design.md, rules 1 and 2): a truncated
+episode is bootstrapped with V(final_obs), a terminated one with 0; the policy is fixed during
+a rollout; before the run's first rollout the policy acts for one rollout's length and its
+observations become the normalizers' statistics.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import torch
 
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.core.errors import TrainingError
-from embodied_ppo.core.types import CheckpointState
+from embodied_ppo.io.checkpoint_state import EnvsSnapshot, TensorObs
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner.buffer import RolloutBuffer
-from embodied_ppo.runner.collector import CollectorSettings, RolloutStats
+from embodied_ppo.runner.noise import DeviceNoise, EnvSlice
+from embodied_ppo.runner.rollout import Bootstrap, CollectorSettings, RolloutCollector, RolloutStats
 from embodied_ppo.vecenv.device_protocol import DeviceObs, DeviceStep, DeviceVecEnv
 from embodied_ppo.vecenv.seeding import warm_up_seed
 
@@ -30,27 +33,11 @@ from embodied_ppo.vecenv.seeding import warm_up_seed
 Final = tuple[int, torch.Tensor, DeviceObs]
 
 
-def device_noise(
-    policy: ActorCritic,
-    steps: int,
-    num_envs: int,
-    seed: int,
-    device: torch.device,
-    env_offset: int = 0,
-    total_envs: int | None = None,
-) -> torch.Tensor:
-    """A rollout's sampling noise (T, N, ...) drawn on `device` from `seed`: the noise of global
-    env k at step t depends on (seed, t, k, total_envs) and the device's generator only."""
-    generator = torch.Generator(device).manual_seed(seed)
-    total = total_envs or num_envs
-    every = policy.sample_noise(steps * total, device, generator)
-    every = every.reshape(steps, total, *every.shape[1:])
-    return every[:, env_offset : env_offset + num_envs]
-
-
-class DeviceCollector:
+class DeviceCollector(RolloutCollector[DeviceVecEnv, DeviceObs]):
     """Fills a RolloutBuffer by stepping a device env with `policy` (feed-forward policies,
     continuing rollouts)."""
+
+    noise: DeviceNoise
 
     def __init__(
         self,
@@ -60,51 +47,38 @@ class DeviceCollector:
         reward_scaler: RewardScaler,
         settings: CollectorSettings,
     ) -> None:
-        self.envs, self.policy, self.buffer = envs, policy, buffer
-        self.reward_scaler, self.settings = reward_scaler, settings
-        self.device = settings.device
+        super().__init__(envs, policy, buffer, reward_scaler, settings)
         self.micro_batch = settings.micro_batch or envs.num_envs
-        self.obs: DeviceObs | None = None  # (N, ...): what the policy acts on next
-        self.merged = False  # the last rollout's observations are in the normalizers
         T, N = buffer.num_steps, envs.num_envs
         # The raw return and length of the episode that ended at each step (where one did).
         self.episode_returns = torch.zeros(T, N, device=self.device)
         self.episode_lengths = torch.zeros(T, N, dtype=torch.int64, device=self.device)
+
+    def _noise_source(self, envs: EnvSlice) -> DeviceNoise:
+        return DeviceNoise(self.policy, envs, self.device)
 
     # ------------------------------------------------------------------ env state
     def start(self, seeds: list[int] | None = None) -> None:
         """Reset the envs (default: the run's seed) and keep the first observation."""
         self.obs = self.envs.reset(seeds)
 
-    def state(self) -> CheckpointState:
+    def state(self) -> EnvsSnapshot:
         """The envs mid-episode and the observation acted on next (checkpoint-safe)."""
         obs = None if self.obs is None else {k: v.cpu().clone() for k, v in self.obs.items()}
-        return {"envs": self.envs.get_state(), "obs": obs, "recurrent": None}
+        return EnvsSnapshot(self.envs.get_state(), obs, None)
 
-    def restore(
-        self, state: CheckpointState | None, fresh_seeds: list[int], steps: int
-    ) -> str | None:
-        """Put the envs back where `state()` left them; returns why that failed, or None (then
-        the envs start fresh episodes from `fresh_seeds`, see `Collector.restore`).
-
-        A device env may seed the global generators when it resets (mjlab does): they are kept
-        as the checkpoint restored them, since the env draws from them as it steps on.
-        """
+    def _start_kept(self, seeds: list[int]) -> None:
+        """A device env may seed the global generators when it resets (mjlab does): a restore's
+        fresh start keeps them as the checkpoint restored them, since the env draws from them as
+        it steps on."""
         with torch.random.fork_rng(devices=_cuda_devices(self.device)), _numpy_rng_kept():
-            self.start(fresh_seeds)
-        saved = None if state is None else state.get("envs")
-        obs = None if state is None else state.get("obs")
-        if saved is None or obs is None:
-            reason = "the checkpoint holds no environment state"
-        else:
-            reason = self.envs.set_state(saved)
-            if reason is None:
-                self.obs = {k: v.to(self.device) for k, v in obs.items()}
-                return None
-            self.start(fresh_seeds)  # undo a partial restore
-        self.envs.set_steps(steps)
-        self.reward_scaler.reset_returns()
-        return reason
+            self.start(seeds)
+
+    def _accept(self, snapshot: EnvsSnapshot) -> str | None:
+        """The observation acted on next, onto the device."""
+        assert isinstance(snapshot.obs, dict)
+        self.obs = {k: v.to(self.device) for k, v in snapshot.obs.items()}
+        return None
 
     # ------------------------------------------------------------------ the rollout
     # no_grad rather than inference_mode: mjlab keeps tensors it creates while stepping as its
@@ -116,12 +90,13 @@ class DeviceCollector:
         """Run `buffer.num_steps` vector steps and fill every buffer field but advantages."""
         assert episode_seeds is None, "device envs collect continuing rollouts (config checks)"
         assert self.obs is not None, "call start() first"
-        buf, s, policy = self.buffer, self.settings, self.policy
+        buf, s = self.buffer, self.settings
         T, N = buf.num_steps, self.envs.num_envs
-        seed = noise_seed if noise_seed is not None else int(torch.randint(2**62, ()).item())
-        if policy.needs_obs_statistics():
-            self._warm_up(warm_up_seed(seed))
-        noise = device_noise(policy, T, N, seed, self.device, s.env_offset, s.total_envs)
+        if noise_seed is None:  # one seed of torch's global generator, for both draws
+            noise_seed = int(torch.randint(2**62, ()).item())
+        if self.policy.needs_obs_statistics():
+            self._warm_up(warm_up_seed(noise_seed))
+        noise = self.noise.draw(T, noise_seed)
         keep_finals = s.keep_bootstrap_obs
         finals: list[Final] = []
         logs: dict[str, list[tuple[torch.Tensor, int]]] = {}
@@ -146,13 +121,11 @@ class DeviceCollector:
             raise TrainingError(
                 "the environment returned a non-finite observation or reward during this rollout"
             )
-        buf.finalize_next_values(self._values(obs))
+        bootstrap = None
         if s.keep_bootstrap_obs:
-            buf.keep_bootstrap_obs(
-                {k: v.clone() for k, v in obs.items()},
-                [(t, rows.nonzero().squeeze(-1), _rows(o, rows)) for t, rows, o in finals],
-            )
-        buf.rewards.copy_(self.reward_scaler.scale_rollout(buf.rewards, buf.ends, None, s.reduce))
+            kept = [(t, rows.nonzero().squeeze(-1), _rows(o, rows)) for t, rows, o in finals]
+            bootstrap = Bootstrap({k: v.clone() for k, v in obs.items()}, kept)
+        self._finish_buffer(self._values(obs), bootstrap, episodic=False)
         return self._stats(T * N, logs)
 
     def _warm_up(self, seed: int) -> None:
@@ -160,9 +133,8 @@ class DeviceCollector:
         rollout's length, nothing of it trained on, and its observations become the statistics
         (as the host collector's Collector._warm_up)."""
         assert self.obs is not None
-        s, policy = self.settings, self.policy
-        T, N = self.buffer.num_steps, self.envs.num_envs
-        noise = device_noise(policy, T, N, seed, self.device, s.env_offset, s.total_envs)
+        T = self.buffer.num_steps
+        noise = self.noise.draw(T, seed)
         seen: dict[str, list[torch.Tensor]] = {k: [] for k in self.obs}
         obs = self.obs
         for t in range(T):
@@ -225,15 +197,8 @@ class DeviceCollector:
         return stats
 
     # ------------------------------------------------------------------ observation statistics
-    def merge_obs_statistics(self) -> None:
-        """Merge the last rollout's observations into the normalizers (after the update), once."""
-        if self.merged:
-            return
-        self._merge(self.buffer.flat("obs")["obs"])
-
-    def _merge(self, obs: DeviceObs) -> None:
-        self.policy.update_obs_statistics(obs, self.settings.reduce)
-        self.merged = True
+    def _observations(self) -> TensorObs:
+        return self.buffer.flat("obs")["obs"]
 
 
 def _cuda_devices(device: torch.device) -> list[int]:

@@ -18,10 +18,9 @@ import torch.distributed as dist
 from embodied_ppo.core.errors import TrainingError, UserError
 from embodied_ppo.core.system import elastic_restart, launched_world_size
 from embodied_ppo.core.text import first_line
-from embodied_ppo.core.types import CheckpointState
 
 if TYPE_CHECKING:
-    from embodied_ppo.runner.collector import RolloutStats
+    from embodied_ppo.runner.rollout import RolloutStats
 
 T = TypeVar("T")
 
@@ -247,10 +246,6 @@ def barrier() -> None:
 
 
 # ------------------------------------------------------------------------------ run helpers
-# Entries of a checkpoint that belong to one process of a distributed run.
-PER_RANK = ("envs", "collector_obs", "collector_recurrent", "rng", "reward_scaler")
-
-
 def agree(flag: bool) -> bool:
     """True on every process as soon as one process says so (graceful stop in lockstep)."""
     if world_size() == 1:
@@ -262,7 +257,7 @@ def gather_episodes(
     stats: RolloutStats,
 ) -> tuple[list[float], list[int], int, list[float], list[dict[str, float]]]:
     """Every process's finished episodes (returns, lengths), steps, successes and episode
-    logs, on every process (the fields of a collector.RolloutStats, in order)."""
+    logs, on every process (the fields of a rollout.RolloutStats, in order)."""
     parts = gather_objects(
         (
             stats.episode_returns,
@@ -277,23 +272,3 @@ def gather_episodes(
     successes = [x for p in parts for x in p[3]]
     logs = [x for p in parts for x in p[4]]
     return returns, lengths, sum(p[2] for p in parts), successes, logs
-
-
-def local_view(state: CheckpointState) -> tuple[CheckpointState, str | None]:
-    """A checkpoint as this process reads it (its own envs, RNG and reward returns), and why
-    the envs cannot continue where they stood (None when they can)."""
-    ranks = state.get("ranks")
-    saved_world = int(state.get("world_size", 1))
-    if ranks is None and saved_world == world_size():
-        return state, None
-    view = dict(state)
-    if ranks is not None and saved_world == world_size():
-        view.update(ranks[rank()])
-        return view, None
-    # Another number of processes: weights, optimizer and statistics carry over; the envs
-    # start fresh, deterministic episodes (their states belong to another split).
-    view["envs"] = view["collector_obs"] = view["collector_recurrent"] = None
-    return (
-        view,
-        f"the checkpoint was written by {saved_world} process(es), this run has {world_size()}",
-    )

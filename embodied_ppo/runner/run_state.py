@@ -9,6 +9,7 @@ policy and the environments in the middle of their episodes; as tensors and plai
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,19 +22,18 @@ from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import CheckpointError, TrainingError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.core.version import __version__
 from embodied_ppo.io.checkpoint import (
     checkpoints_dir,
     prune_checkpoints,
     save_checkpoint,
     write_checkpoint,
 )
+from embodied_ppo.io.checkpoint_state import PolicyWeights, RankPart, RunCheckpoint
 from embodied_ppo.io.rng import rng_state, set_rng_state
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.spec import PolicySpec
 from embodied_ppo.runner import distributed
-from embodied_ppo.runner.collector import Collector
-from embodied_ppo.runner.device_collector import DeviceCollector
+from embodied_ppo.runner.rollout import RolloutCollector
 from embodied_ppo.vecenv.seeding import env_seeds
 
 
@@ -52,7 +52,7 @@ class RunState:
     shuffle: torch.Generator
     reference: ActorCritic | None
     in_reward_kl: InRewardKL | None
-    collector: Collector | DeviceCollector
+    collector: RolloutCollector
     global_step: int
     iteration: int
     recent_returns: deque[float]
@@ -61,34 +61,27 @@ class RunState:
     saved_iteration: int
     resume_note: str | None
 
-    def state(self) -> CheckpointState:
-        """Everything needed to continue this run, as tensors and plain values."""
-        collector = self.collector.state()
+    def state(self) -> RunCheckpoint:
+        """Everything needed to continue this run (its plain form: `RunCheckpoint.to_dict`)."""
         reference = None
         if self.reference is not None:
-            reference = {
-                "spec": self.reference.spec.to_dict(),
-                "model": self.reference.state_dict(),
-            }
-        return {
-            "package_version": __version__,
-            "config": self.run_config.to_dict(),  # as given: envs of all processes
-            "model_spec": self.policy.spec.to_dict(),
-            "model": self.policy.state_dict(),
-            "optimizer": self.updater.optimizer_state(),
-            "reward_scaler": self.reward_scaler.state_dict(),
-            "global_step": self.global_step,
-            "iteration": self.iteration,
-            "recent_returns": list(self.recent_returns),
-            "lr_extension": None if self.extension is None else self.extension.to_dict(),
-            "rng": rng_state(self.shuffle),
-            "kl_coef": None if self.in_reward_kl is None else self.in_reward_kl.coef,
-            "reference": reference,
+            reference = PolicyWeights(self.reference.spec.to_dict(), self.reference.state_dict())
+        return RunCheckpoint(
+            config=self.run_config.to_dict(),  # as given: envs of all processes
+            model_spec=self.policy.spec.to_dict(),
+            model=self.policy.state_dict(),
+            optimizer=self.updater.optimizer_state(),
+            reward_scaler=self.reward_scaler.state_dict(),
+            rng=rng_state(self.shuffle),
+            global_step=self.global_step,
+            iteration=self.iteration,
             # Where the envs stand mid-episode and what the policy acts on next (exact resume).
-            "envs": collector["envs"],
-            "collector_obs": collector["obs"],
-            "collector_recurrent": collector["recurrent"],
-        }
+            envs=self.collector.state(),
+            recent_returns=list(self.recent_returns),
+            lr_extension=None if self.extension is None else self.extension.to_dict(),
+            kl_coef=None if self.in_reward_kl is None else self.in_reward_kl.coef,
+            reference=reference,
+        )
 
     def save(self) -> Path:
         """Write checkpoints/ckpt_<step>.pt and latest.pt (process 0 of a distributed run,
@@ -96,12 +89,13 @@ class RunState:
         state = self.state()
         if self.world > 1:
             # What differs between processes travels per rank; process 0 writes the file.
-            state["ranks"] = distributed.gather_objects({k: state[k] for k in distributed.PER_RANK})
-            state["world_size"] = self.world
+            parts = distributed.gather_objects(state.rank_part().to_dict())
+            ranks = [RankPart.from_dict(part) for part in parts]
+            state = replace(state, ranks=ranks, world_size=self.world)
         path, error = None, None
         if self.main:
             try:
-                path = save_checkpoint(self.run_dir, state, self.global_step)
+                path = save_checkpoint(self.run_dir, state.to_dict(), self.global_step)
             except OSError as exc:  # disk full, permissions: stop rather than train unprotected
                 error = (
                     f"iteration {self.iteration}: cannot write a checkpoint to "
@@ -119,37 +113,36 @@ class RunState:
 
     def save_best(self, evaluation: dict[str, float]) -> None:
         """Write checkpoints/best.pt: the run state now, with the evaluation that made it best."""
-        write_checkpoint(
-            checkpoints_dir(self.run_dir) / "best.pt", self.state() | {"eval": evaluation}
-        )
+        state = replace(self.state(), evaluation=evaluation)
+        write_checkpoint(checkpoints_dir(self.run_dir) / "best.pt", state.to_dict())
 
     def _last_good(self) -> str:
         return str(self.last_checkpoint) if self.last_checkpoint else "none written yet"
 
-    def restore(self, state: CheckpointState) -> None:
+    def restore(self, state: RunCheckpoint) -> None:
         """Continue from a checkpoint of this run (its process's own view of it)."""
-        if not same_spec(state.get("model_spec"), self.policy.spec):
+        if not same_spec(state.model_spec, self.policy.spec):
             raise CheckpointError(
                 "checkpoint was written for a different environment or architecture than this config"
             )
         try:
-            self.policy.load_state_dict(state["model"])
-            self.updater.load_optimizer_state(state["optimizer"])
-            self.reward_scaler.load_state_dict(state["reward_scaler"])
-            set_rng_state(state["rng"], self.shuffle)
+            self.policy.load_state_dict(state.model)
+            self.updater.load_optimizer_state(state.optimizer)
+            self.reward_scaler.load_state_dict(state.reward_scaler)
+            set_rng_state(state.rng, self.shuffle)
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
             raise CheckpointError(
                 f"checkpoint does not match this run: {first_line(exc)}"
             ) from None
-        self.global_step = int(state["global_step"])
-        self.iteration = int(state["iteration"])
+        self.global_step = state.global_step
+        self.iteration = state.iteration
         self.saved_iteration = self.iteration
         latest = checkpoints_dir(self.run_dir) / f"ckpt_{self.global_step}.pt"
         self.last_checkpoint = latest if latest.is_file() else None
-        self.recent_returns.extend(state.get("recent_returns", []))
-        self.extension = Extension.from_dict(state.get("lr_extension"))
+        self.recent_returns.extend(state.recent_returns)
+        self.extension = Extension.from_dict(state.lr_extension)
         total = self.cfg.trainer.total_steps
-        if state["config"]["trainer"]["total_steps"] != total:  # a new budget from here on
+        if state.config["trainer"]["total_steps"] != total:  # a new budget from here on
             lr_now = self.updater.lr
             self.extension = extend_schedule(
                 self.cfg.optim, self.global_step, lr_now, total, self.extension
@@ -157,17 +150,22 @@ class RunState:
         # The envs where they stood mid-episode; or, where that cannot be, fresh episodes
         # seeded from the run seed and the iteration (deterministic, not the uninterrupted run).
         e = self.cfg.env
-        saved = None
-        if state.get("envs") is not None:
-            saved = {
-                "envs": state["envs"],
-                "obs": state.get("collector_obs"),
-                "recurrent": state.get("collector_recurrent"),
-            }
         fresh = env_seeds(self.cfg.trainer.seed, e.num_envs, self.env_offset, self.iteration)
-        reason = self.collector.restore(saved, fresh, self.global_step // e.num_envs)
+        reason = self.collector.restore(state.envs, fresh, self.global_step // e.num_envs)
         if reason is not None:
             self.resume_note = f"environments start fresh episodes ({self.resume_note or reason})"
+
+
+def read_run_checkpoint(
+    data: CheckpointState, rank: int, world: int
+) -> tuple[RunCheckpoint, str | None]:
+    """A loaded checkpoint as process `rank` of `world` continues from it
+    (`RunCheckpoint.local_view`), or a CheckpointError naming what it lacks."""
+    try:
+        state = RunCheckpoint.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint does not match this run: {first_line(exc)}") from None
+    return state.local_view(rank, world)
 
 
 def same_spec(saved: object, spec: PolicySpec) -> bool:

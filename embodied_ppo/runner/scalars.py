@@ -9,7 +9,7 @@ import numpy as np
 from embodied_ppo.algo.losses import explained_variance
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.runner.buffer import RolloutBuffer
-from embodied_ppo.runner.collector import RolloutStats
+from embodied_ppo.runner.rollout import RolloutStats
 
 # The mean return of the last 100 finished episodes, whichever iterations they ended in (the
 # progress line's "return"): a measure of the policy that one lucky episode does not move.

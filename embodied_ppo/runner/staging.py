@@ -16,6 +16,7 @@ class Staging:
 
     Args:
         info: the env's spaces (the observation layout).
+        shape: (T, N), the rollout's steps and envs.
         gaussian: Box actions (float32, `action_shape`), else Discrete (int64).
         state_size: a recurrent policy's state size (its states and episode starts are staged).
     """
@@ -23,13 +24,13 @@ class Staging:
     def __init__(
         self,
         info: SpaceInfo,
-        steps: int,
-        num_envs: int,
+        shape: tuple[int, int],
         action_shape: tuple[int, ...],
+        *,
         gaussian: bool,
         state_size: int = 0,
     ) -> None:
-        T, N = steps, num_envs
+        T, N = shape
         self.steps, self.num_envs = T, N
         self.obs: Obs = obs_zeros(info, T, N)
         self.actions = np.zeros((T, N, *action_shape), dtype=np.float32 if gaussian else np.int64)
@@ -41,10 +42,8 @@ class Staging:
         self.terminated = np.zeros((T, N), dtype=bool)
         self.ends = np.zeros((T, N), dtype=bool)
         self.mask = np.ones((T, N), dtype=bool)
-        self.fields = [
-            "obs", "actions", "logprobs", "values", "final_values", "truncated", "rewards",
-            "terminated", "ends", "mask",
-        ]  # fmt: skip
+        self.fields = ["obs", "actions", "logprobs", "values", "final_values", "truncated"]
+        self.fields += ["rewards", "terminated", "ends", "mask"]
         if state_size:
             self.states = np.zeros((T, N, state_size), dtype=np.float32)
             self.starts = np.zeros((T, N), dtype=np.float32)
@@ -68,9 +67,8 @@ class Staging:
             map_obs(lambda a: a[steps:].fill(0), getattr(self, name))
         self.terminated[steps:] = True
 
-    def copy_to(self, buffer: RolloutBuffer, last_values: torch.Tensor) -> None:
-        """Copy every staged field into `buffer` (pinned, asynchronous on a GPU), then its
-        next values from V(s_T) = `last_values` (N,)."""
+    def copy_to(self, buffer: RolloutBuffer) -> None:
+        """Copy every staged field into `buffer` (pinned, asynchronous on a GPU)."""
         device = buffer.device
         for name in self.fields:
             array, target = getattr(self, name), getattr(buffer, name)
@@ -79,4 +77,3 @@ class Staging:
                 if device.type != "cpu":
                     source = source.pin_memory()
                 (target if key is None else target[key]).copy_(source, non_blocking=True)
-        buffer.finalize_next_values(last_values.to(device))

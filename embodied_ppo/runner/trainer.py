@@ -38,6 +38,7 @@ from embodied_ppo.io.rng import seed_everything
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.build import (
+    collector_settings,
     compile_note,
     init_from,
     make_buffer,
@@ -48,10 +49,10 @@ from embodied_ppo.runner.build import (
     policy_spec,
     update_threads,
 )
-from embodied_ppo.runner.collector import RolloutStats
 from embodied_ppo.runner.evaluator import Occasion, PeriodicEvaluator
 from embodied_ppo.runner.preflight import check_policy, resolve_device
-from embodied_ppo.runner.run_state import RunState
+from embodied_ppo.runner.rollout import RolloutStats
+from embodied_ppo.runner.run_state import RunState, read_run_checkpoint
 from embodied_ppo.runner.scalars import RECENT_RETURN, IterationTiming, iteration_scalars
 from embodied_ppo.vecenv import make_env
 from embodied_ppo.vecenv.make import progress_formats
@@ -107,8 +108,9 @@ class Trainer(RunState):
         self.notes = (notes or sys.stdout) if self.main else Discard()
         seed_everything(t.seed)
         a, e = cfg.algorithm, cfg.env
+        saved = None
         if resume is not None:
-            resume, self.resume_note = distributed.local_view(resume)
+            saved, self.resume_note = read_run_checkpoint(resume, self.rank, self.world)
 
         # Built before the training envs: with videos it picks the headless GL backend first.
         self.evaluator = None
@@ -129,14 +131,23 @@ class Trainer(RunState):
         self.buffer = make_buffer(cfg, self.envs.info, self.policy, self.device)
         self.reward_scaler = RewardScaler(e.num_envs, a.gamma, e.normalize_reward, e.clip_reward)
         self.reward_scaler.to(self.device)
+        settings = collector_settings(
+            cfg,
+            self.envs,
+            self.policy,
+            self.device,
+            env_offset=self.env_offset,
+            world=self.world,
+            reduce=self.reduce,
+            notes=self.notes,
+        )
         self.collector = make_collector(
-            cfg, self.envs, self.policy, self.buffer, self.reward_scaler, self.device,
-            self.env_offset, self.world, self.reduce, self.notes,
-        )  # fmt: skip
+            self.envs, self.policy, self.buffer, self.reward_scaler, settings
+        )
         self.reference = None
         if a.use_kl_loss or a.use_kl_in_reward:
-            self.reference = make_reference(cfg, self.policy, self.device, resume)
-        self.in_reward_kl = make_in_reward_kl(cfg, self.policy, self.reference, resume, self.reduce)
+            self.reference = make_reference(cfg, self.policy, self.device, saved)
+        self.in_reward_kl = make_in_reward_kl(cfg, self.policy, self.reference, saved, self.reduce)
         # Torch threads: collection runs one on the CPU, leaving the cores to the envs (its
         # inference is a few small products per step); the update runs `update_threads`.
         self.update_threads = t.torch_threads or update_threads(
@@ -159,10 +170,10 @@ class Trainer(RunState):
         self.extension: Extension | None = None  # a linear schedule's, after a new budget
         self.last_checkpoint: Path | None = None
         self.saved_iteration = -1  # the iteration the last checkpoint holds
-        if resume is None:
+        if saved is None:
             self.collector.start(env_seeds(t.seed, e.num_envs, self.env_offset))
         else:
-            self.restore(resume)
+            self.restore(saved)
         self.progress = Progress(t.total_steps, progress_stream if self.main else Discard())
         # The task's own metrics the progress line shows (its info["log"] keys), and their last
         # 100 episodes' values: shown only, never logged from here, so not checkpointed.

@@ -4,12 +4,11 @@ and out, no copy to the host per step (the mjlab backend is one)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
 
-from embodied_ppo.core.types import CheckpointState
-from embodied_ppo.vecenv.spaces import SpaceInfo
+from embodied_ppo.vecenv.protocol import BatchedEnvs
 
 # An observation batch on the device: one tensor per key of a Dict observation (N, D).
 DeviceObs = dict[str, torch.Tensor]
@@ -35,14 +34,16 @@ class DeviceStep:
     finite: torch.Tensor | None = None
 
 
-class DeviceVecEnv(Protocol):
+class DeviceVecEnv(BatchedEnvs, Protocol):
     """A batched env on `device` with the semantics of VecEnv (same-step autoreset, final
     observations, episode statistics, state capture) in tensors."""
 
-    num_envs: int
-    info: SpaceInfo
     device: torch.device
-    on_device: bool  # always True: tells the runner to collect with tensors
+
+    @property
+    def on_device(self) -> Literal[True]:
+        """Always True: tensors on the training device in and out."""
+        ...
 
     def reset(self, seeds: list[int] | None = None) -> DeviceObs:
         """Reset every env (default: the run's seed); returns observations (N, ...)."""
@@ -50,20 +51,4 @@ class DeviceVecEnv(Protocol):
 
     def step(self, action: torch.Tensor) -> DeviceStep:
         """Step with `action` (N, A) on the device."""
-        ...
-
-    def get_state(self) -> CheckpointState:
-        """Checkpoint-safe state: the envs mid-episode (or why not), episode statistics, steps."""
-        ...
-
-    def set_state(self, state: CheckpointState) -> str | None:
-        """Restore `get_state()`; returns why the envs could not be restored, or None."""
-        ...
-
-    def set_steps(self, steps: int) -> None:
-        """The vector steps taken so far in the run (they number the steps in error messages)."""
-        ...
-
-    def close(self) -> None:
-        """Close the env."""
         ...

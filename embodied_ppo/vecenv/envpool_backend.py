@@ -30,7 +30,7 @@ Tasks must be provided by both envpool and Gymnasium, with the same spaces: eval
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Final
 
 import gymnasium as gym
 import numpy as np
@@ -52,6 +52,8 @@ def _int32_seeds(seeds: list[int]) -> list[int]:
 
 class EnvPoolVecEnv:
     """envpool's vector env with VecEnv's interface and semantics (see the module docstring)."""
+
+    on_device: Final = False  # a host env (vecenv.protocol.VecEnv)
 
     def __init__(self, cfg: EnvConfig, seed: int, env_offset: int = 0) -> None:
         p = plan(cfg)

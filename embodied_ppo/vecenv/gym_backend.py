@@ -15,6 +15,7 @@ import os
 import signal
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 import gymnasium as gym
 import numpy as np
@@ -107,7 +108,9 @@ def _make_member(
 
 class GymnasiumVecEnv:
     """A gymnasium vector env with SAME_STEP autoreset, action clipping and episode statistics
-    (the `VecEnv` protocol of `vecenv.base`)."""
+    (the `VecEnv` protocol of `vecenv.protocol`)."""
+
+    on_device: Final = False  # a host env (vecenv.protocol.VecEnv)
 
     def __init__(self, cfg: EnvConfig, seed: int, env_offset: int = 0) -> None:
         self.cfg = cfg

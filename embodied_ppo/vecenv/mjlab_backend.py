@@ -23,7 +23,7 @@ that generator (io.rng), and `get_state` the envs mid-episode (env.mjlab_state).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import torch
 
@@ -53,7 +53,7 @@ def mjlab_seed(seed: int, env_offset: int = 0) -> int:
 class MjlabVecEnv:
     """mjlab's batched env with the semantics of VecEnv, in device tensors (module docstring)."""
 
-    on_device = True
+    on_device: Final = True  # a device env (vecenv.device_protocol.DeviceVecEnv)
 
     def __init__(
         self,

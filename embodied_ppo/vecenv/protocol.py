@@ -1,11 +1,16 @@
-"""What every vector-env backend gives the collector: the VecEnv protocol and one step's result."""
+"""What every vector-env backend gives the collector: the protocols (`BatchedEnvs`, what every
+kind has; `VecEnv`, the host kind) and one host step's result.
+
+A vector env says which kind it is, typed: `on_device` is False for a `VecEnv` (numpy in and
+out) and True for a `device_protocol.DeviceVecEnv` (tensors on the training device), so the
+runner picks the collector by it and a type checker narrows the env with it."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -75,24 +80,16 @@ def episode_log(log: object) -> dict[str, float] | None:
     return {str(k): float(v) for k, v in log.items()}
 
 
-class VecEnv(Protocol):
-    """A vector env as the collector sees it: same-step autoreset (docs/design.md, rule 1), Box
-    actions clipped to their bounds, finished-episode statistics, and state capture for exact
-    resume."""
+class BatchedEnvs(Protocol):
+    """What every vector env has, whichever kind: its size and spaces, which kind it is,
+    state capture for exact resume, the step count and closing."""
 
     num_envs: int
     info: SpaceInfo
 
-    def reset(self, seeds: list[int] | None = None) -> Obs:
-        """Reset every env (default: the run's per-env seeds); returns observations (N, ...)."""
-        ...
-
-    def step(self, action: np.ndarray) -> StepResult:
-        """Step with `action` (N, A) float or (N,) int."""
-        ...
-
-    def sample_actions(self) -> np.ndarray:
-        """Uniform random actions for every env (benchmarks, smoke tests)."""
+    @property
+    def on_device(self) -> bool:
+        """True for envs on the training device (`DeviceVecEnv`), False for host envs."""
         ...
 
     def get_state(self) -> CheckpointState:
@@ -109,4 +106,27 @@ class VecEnv(Protocol):
 
     def close(self) -> None:
         """Close every env (and the processes or threads that step them)."""
+        ...
+
+
+class VecEnv(BatchedEnvs, Protocol):
+    """A vector env on the host as the collector sees it: same-step autoreset (docs/design.md,
+    rule 1), Box actions clipped to their bounds, finished-episode statistics, numpy arrays in
+    and out."""
+
+    @property
+    def on_device(self) -> Literal[False]:
+        """Always False: numpy arrays in and out."""
+        ...
+
+    def reset(self, seeds: list[int] | None = None) -> Obs:
+        """Reset every env (default: the run's per-env seeds); returns observations (N, ...)."""
+        ...
+
+    def step(self, action: np.ndarray) -> StepResult:
+        """Step with `action` (N, A) float or (N,) int."""
+        ...
+
+    def sample_actions(self) -> np.ndarray:
+        """Uniform random actions for every env (benchmarks, smoke tests)."""
         ...

@@ -142,3 +142,89 @@ def test_the_run_lock_locks_the_file_at_its_path_when_the_holder_leaves_meanwhil
         assert os.path.samestat(os.fstat(lock._file.fileno()), os.stat(lock_file))
     finally:
         lock.release()
+
+
+def _plain_run_checkpoint(**more):
+    """The entries every version wrote (no env state, no ranks)."""
+    return {
+        "config": {"env": {"id": "Pendulum-v1"}},
+        "model_spec": {"obs_dim": 3},
+        "model": {"w": torch.arange(3.0)},
+        "optimizer": {"state": {}, "param_groups": [{"lr": 3e-4, "params": [0]}]},
+        "reward_scaler": {"var": torch.ones(1)},
+        "rng": {"python": (3, (1, 2), None)},
+        "global_step": 64,
+        "iteration": 2,
+        **more,
+    }
+
+
+def test_a_run_checkpoint_of_an_older_version_reads_with_the_defaults_of_what_it_lacks():
+    from embodied_ppo.io.checkpoint_state import EnvsSnapshot, RunCheckpoint
+
+    state = RunCheckpoint.from_dict(_plain_run_checkpoint())
+    assert state.global_step == 64 and state.iteration == 2
+    assert state.envs == EnvsSnapshot() and state.envs.empty
+    assert state.recent_returns == [] and state.lr_extension is None and state.kl_coef is None
+    assert state.reference is None and state.ranks is None and state.world_size == 1
+    assert state.package_version == "unknown" and state.extra == {}
+    plain = state.to_dict()
+    assert plain["envs"] is plain["collector_obs"] is plain["collector_recurrent"] is None
+    assert "ranks" not in plain and "eval" not in plain
+    # An entry this version does not know travels along, and the envelope stays io's.
+    later = RunCheckpoint.from_dict(
+        _plain_run_checkpoint(format=FORMAT, format_version=1, curriculum={"level": 3})
+    )
+    assert later.extra == {"curriculum": {"level": 3}}
+    assert later.to_dict()["curriculum"] == {"level": 3} and "format" not in later.to_dict()
+
+
+@pytest.mark.parametrize(
+    "entry, value, message",
+    [
+        ("optimizer", None, "it holds no 'optimizer'"),
+        ("model", [1, 2], "it holds a list as its 'model'"),
+        ("global_step", "64", "it holds a str as its 'global_step'"),
+    ],
+)
+def test_a_run_checkpoint_without_an_entry_names_it(entry, value, message):
+    from embodied_ppo.io.checkpoint_state import RunCheckpoint
+
+    data = _plain_run_checkpoint()
+    if value is None:
+        del data[entry]
+    else:
+        data[entry] = value
+    with pytest.raises(ValueError, match=message):
+        RunCheckpoint.from_dict(data)
+
+
+def test_each_process_reads_its_own_part_of_a_distributed_checkpoint():
+    from embodied_ppo.io.checkpoint_state import RunCheckpoint
+
+    def part(k):
+        return {
+            "envs": {"members": [k]},
+            "collector_obs": torch.full((2, 3), float(k)),
+            "collector_recurrent": None,
+            "rng": {"python": k},
+            "reward_scaler": {"var": torch.full((1,), float(k))},
+        }
+
+    data = _plain_run_checkpoint(**part(0), ranks=[part(0), part(1)], world_size=2)
+    state = RunCheckpoint.from_dict(data)
+    own, note = state.local_view(1, 2)
+    assert note is None and own.rng == {"python": 1} and own.envs.envs == {"members": [1]}
+    assert torch.equal(own.reward_scaler["var"], torch.ones(1))
+    assert torch.equal(own.envs.obs, torch.ones(2, 3))
+    # Another number of processes: the weights carry over, the envs start fresh.
+    other, note = state.local_view(0, 3)
+    assert (
+        other.envs.empty and note == "the checkpoint was written by 2 process(es), this run has 3"
+    )
+    assert torch.equal(other.model["w"], state.model["w"])
+    # A one-process checkpoint in one process is read as it is.
+    single = RunCheckpoint.from_dict(_plain_run_checkpoint(**part(0)))
+    assert single.local_view(0, 1) == (single, None)
+    # Written back, every part is where it was.
+    assert [p["rng"] for p in state.to_dict()["ranks"]] == [{"python": 0}, {"python": 1}]

@@ -11,7 +11,7 @@ from toy_envs import register
 from embodied_ppo.config.schema import with_values
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.snapshot import NumpyPolicy
-from embodied_ppo.runner.acting import rollout_noise
+from embodied_ppo.runner.noise import EnvSlice, HostNoise
 
 
 def counting_config(**env):
@@ -142,8 +142,8 @@ def test_the_first_rollout_is_drawn_by_the_normalized_policy(inference, share):
     merged = []
     real = col._merge
 
-    def spy(obs, keep):
-        merged.append(obs[keep].double().clone())
+    def spy(obs, keep=None):
+        merged.append((obs if keep is None else obs[keep]).double().clone())
         real(obs, keep)
 
     col._merge = spy
@@ -154,7 +154,7 @@ def test_the_first_rollout_is_drawn_by_the_normalized_policy(inference, share):
     assert torch.allclose(norm.mean, warm.mean(0))
     assert torch.allclose(norm.var, warm.var(0, unbiased=False))
     assert not torch.equal(warm[-2:], buf.obs[0].double())  # the rollout went on from it
-    noise = torch.from_numpy(rollout_noise(policy, 8, 2, 5))
+    noise = torch.from_numpy(HostNoise(policy, EnvSlice(0, 2, 2)).draw(8, 5))
     with torch.no_grad():
         for t in range(8):  # the behaviour policy: this normalizer, these weights
             action, logprob, value = policy.act(buf.obs[t], noise[t].to(torch.float32))

@@ -255,3 +255,59 @@ def test_env_state_refuses_what_it_cannot_see():
     state = capture_env(gym.make("CartPole-v1"))
     with pytest.raises(NotCapturable, match="wrapper stack"):
         restore_env(gym.make("CartPole-v1", disable_env_checker=True), state)
+
+
+def test_a_run_saved_before_the_checkpoint_was_a_typed_state_resumes_exactly(tmp_path):
+    """tests/data/run_v0: a Pendulum run of two iterations (in-reward KL: a reference policy
+    and its coefficient; reward scaling) as the package wrote it before checkpoints were a
+    typed state and before the gradient step kept Adam's state (a torch.optim.Adam's state
+    dict, one step count shared by every parameter). Resumed from its first checkpoint through
+    the command's path, the second iteration is the one that run took, bit for bit."""
+    import shutil
+
+    from support import ROOT
+
+    import embodied_ppo
+    from embodied_ppo.io.checkpoint_state import RunCheckpoint
+
+    saved = ROOT / "tests" / "data" / "run_v0"
+    run = tmp_path / "run_v0"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(saved / "config.yaml", run / "config.yaml")
+    shutil.copy(saved / "checkpoints" / "ckpt_32.pt", run / "checkpoints" / "ckpt_32.pt")
+    old = load_checkpoint(run / "checkpoints" / "ckpt_32.pt")
+    typed = RunCheckpoint.from_dict(old)
+    assert typed.global_step == 32 and typed.reference is not None and typed.kl_coef is not None
+    assert not typed.envs.empty and typed.lr_extension is None  # the key came later
+    steps = [s["step"] for s in old["optimizer"]["state"].values()]
+    assert all(s is steps[0] for s in steps)  # the old form: one shared step count
+
+    result = embodied_ppo.train(resume=run / "checkpoints" / "ckpt_32.pt", progress=io.StringIO())
+    assert result.global_step == 64
+    expected = load_checkpoint(saved / "checkpoints" / "ckpt_64.pt")
+    ours = load_checkpoint(run / "checkpoints" / "ckpt_64.pt")
+    for name in ("model", "reward_scaler"):
+        for k, v in expected[name].items():
+            assert torch.equal(v, ours[name][k]), (name, k)
+    for i, state in expected["optimizer"]["state"].items():
+        for k, v in state.items():
+            assert torch.equal(v, ours["optimizer"]["state"][i][k]), (i, k)
+    assert (
+        ours["optimizer"]["param_groups"][0]["lr"] == expected["optimizer"]["param_groups"][0]["lr"]
+    )
+    assert same(ours["rng"], expected["rng"]) and ours["kl_coef"] == expected["kl_coef"]
+    assert ours["recent_returns"] == expected["recent_returns"]
+    # Written now, its plain form is the typed state's, entry for entry.
+    plain = {k: v for k, v in ours.items() if k not in ("format", "format_version")}
+    assert same(RunCheckpoint.from_dict(ours).to_dict(), plain)
+
+
+def same(a, b) -> bool:
+    """Equal plain data: tensors by value, containers entry by entry."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
