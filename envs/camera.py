@@ -119,10 +119,10 @@ class OffscreenCamera:
             close_at_exit(self)
         # Every frame: another context (a viewer's) may have been made current since the last.
         self._context.make_current()
+        everything = mujoco.mjtCatBit.mjCAT_ALL.value
         mujoco.mjv_updateScene(
-            self.model, data, self.option, None, self.camera, mujoco.mjtCatBit.mjCAT_ALL.value,
-            self.scene,
-        )  # fmt: skip
+            self.model, data, self.option, None, self.camera, everything, self.scene
+        )
         for flag in self.flags_off:
             self.scene.flags[flag] = False
         mujoco.mjr_render(self.rect, self.scene, self._mjr)

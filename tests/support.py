@@ -12,7 +12,7 @@ from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import PPOUpdate
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.model.actor_critic import ActorCritic
-from embodied_ppo.runner.buffer import RolloutBuffer
+from embodied_ppo.runner.buffer import BufferLayout, RolloutBuffer
 from embodied_ppo.runner.build import policy_spec
 from embodied_ppo.runner.collector import Collector, CollectorSettings
 from embodied_ppo.runner.preflight import inference_path
@@ -116,14 +116,14 @@ def build(cfg, micro=None, inference="auto"):
     envs = GymnasiumVecEnv(cfg.env, cfg.trainer.seed)
     policy = ActorCritic(policy_spec(cfg, envs.info))
     gaussian = envs.info.action_kind == "gaussian"
-    buf = RolloutBuffer(
+    layout = BufferLayout(
         cfg.algorithm.rollout_steps,
         cfg.env.num_envs,
         envs.info.obs_dim,
         (envs.info.action_dim,) if gaussian else (),
         torch.float32 if gaussian else torch.int64,
-        CPU,
     )
+    buf = RolloutBuffer(layout, CPU)
     scaler = RewardScaler(
         cfg.env.num_envs, cfg.algorithm.gamma, cfg.env.normalize_reward, cfg.env.clip_reward
     )

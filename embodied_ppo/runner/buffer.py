@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from embodied_ppo.core.obs import map_obs
@@ -11,8 +13,28 @@ from embodied_ppo.core.obs import map_obs
 ObsLayout = int | dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
+@dataclass(frozen=True)
+class BufferLayout:
+    """The shapes and dtypes of a rollout buffer.
+
+    Attributes:
+        num_steps, num_envs: T and N.
+        obs: the observations' layout (see `ObsLayout`).
+        action_shape, action_dtype: one action's shape and dtype ((A,) float32 for Box
+            actions, () int64 for Discrete ones).
+        state_size: a recurrent policy's state size (0: none).
+    """
+
+    num_steps: int
+    num_envs: int
+    obs: ObsLayout
+    action_shape: tuple[int, ...] = ()
+    action_dtype: torch.dtype = torch.float32
+    state_size: int = 0
+
+
 class RolloutBuffer:
-    """Fixed-size (T, N, ...) storage for one rollout.
+    """Fixed-size (T, N, ...) storage for one rollout, on `device`.
 
     `next_values[t]` is the value of the state that followed step t: V(s_{t+1}) inside an episode,
     V(final_obs) on a truncation, anything on a termination (it is multiplied by 0 there).
@@ -20,16 +42,11 @@ class RolloutBuffer:
     start (see Collector).
     """
 
-    def __init__(
-        self,
-        num_steps: int,
-        num_envs: int,
-        obs_layout: ObsLayout,
-        action_shape: tuple[int, ...],
-        action_dtype: torch.dtype,
-        device: torch.device,
-        state_size: int = 0,
-    ) -> None:
+    def __init__(self, layout: BufferLayout, device: torch.device) -> None:
+        self.layout = layout
+        num_steps, num_envs = layout.num_steps, layout.num_envs
+        obs_layout, state_size = layout.obs, layout.state_size
+        action_shape, action_dtype = layout.action_shape, layout.action_dtype
         self.num_steps, self.num_envs, self.device = num_steps, num_envs, device
         T, N = num_steps, num_envs
 

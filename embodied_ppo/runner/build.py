@@ -23,7 +23,7 @@ from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.encoders import CNNSpec
 from embodied_ppo.model.spec import DictObsSpec, ObsKeySpec, PolicySpec, RecurrentSpec
 from embodied_ppo.runner import distributed
-from embodied_ppo.runner.buffer import RolloutBuffer
+from embodied_ppo.runner.buffer import BufferLayout, RolloutBuffer
 from embodied_ppo.runner.collector import Collector
 from embodied_ppo.runner.device_collector import DeviceCollector
 from embodied_ppo.runner.preflight import inference_path
@@ -92,15 +92,15 @@ def make_buffer(
             for k, v in info.obs_keys.items()
         }
     gaussian = policy.is_gaussian
-    return RolloutBuffer(
+    layout = BufferLayout(
         cfg.algorithm.rollout_steps,
         cfg.env.num_envs,
         obs,
-        (info.action_dim,) if gaussian else (),
-        torch.float32 if gaussian else torch.int64,
-        device,
-        policy.state_size,
+        action_shape=(info.action_dim,) if gaussian else (),
+        action_dtype=torch.float32 if gaussian else torch.int64,
+        state_size=policy.state_size,
     )
+    return RolloutBuffer(layout, device)
 
 
 def update_threads(

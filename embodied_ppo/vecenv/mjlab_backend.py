@@ -110,9 +110,13 @@ class MjlabVecEnv:
         steps = self.env.episode_length_buf
         generator = torch.Generator(device=steps.device).manual_seed(episode_start_seed(seed))
         start = torch.randint(
-            0, int(self.env.max_episode_length), steps.shape,
-            generator=generator, device=steps.device, dtype=steps.dtype,
-        )  # fmt: skip
+            0,
+            int(self.env.max_episode_length),
+            steps.shape,
+            generator=generator,
+            device=steps.device,
+            dtype=steps.dtype,
+        )
         steps.copy_(start)
 
     def step(self, action: torch.Tensor) -> DeviceStep:
@@ -135,9 +139,15 @@ class MjlabVecEnv:
         ids = ended.nonzero().squeeze(-1)  # mjlab reads the same on the host to reset
         episode_return, episode_length = self._ep_return.clone(), self._ep_length.clone()
         result = DeviceStep(
-            obs, reward, terminated, truncated, obs, episode_return, episode_length,
+            obs=obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=obs,
+            episode_return=episode_return,
+            episode_length=episode_length,
             finite=finite,
-        )  # fmt: skip
+        )
         if ids.numel():
             # A copy: a group with history is a view of mjlab's history buffer, which the
             # reset writes.

@@ -6,22 +6,22 @@ import pytest
 import torch
 
 from embodied_ppo.algo.minibatches import minibatch_indices, sequence_minibatch_indices
-from embodied_ppo.runner.buffer import RolloutBuffer
+from embodied_ppo.runner.buffer import BufferLayout, RolloutBuffer
 
 CPU = torch.device("cpu")
 
 
 def test_fields_are_preallocated_with_their_shapes_and_dtypes():
-    buf = RolloutBuffer(5, 3, 4, (2,), torch.float32, CPU)
+    buf = RolloutBuffer(BufferLayout(5, 3, 4, (2,), torch.float32), CPU)
     assert buf.obs.shape == (5, 3, 4) and buf.actions.shape == (5, 3, 2)
     assert buf.truncated.dtype == torch.bool and buf.mask.all()
     assert buf.size == 15
-    discrete = RolloutBuffer(5, 3, 4, (), torch.int64, CPU)
+    discrete = RolloutBuffer(BufferLayout(5, 3, 4, (), torch.int64), CPU)
     assert discrete.actions.shape == (5, 3) and discrete.actions.dtype == torch.int64
 
 
 def test_next_values_follow_the_episode_and_bootstrap_truncations():
-    buf = RolloutBuffer(4, 2, 1, (), torch.int64, CPU)
+    buf = RolloutBuffer(BufferLayout(4, 2, 1, (), torch.int64), CPU)
     buf.values.copy_(torch.tensor([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 40.0]]))
     buf.truncated[1, 0] = True  # env 0 was cut by its time limit at step 1
     buf.final_values[1, 0] = 99.0  # V(final observation) of that episode
@@ -31,7 +31,7 @@ def test_next_values_follow_the_episode_and_bootstrap_truncations():
 
 
 def test_flat_views_share_storage_in_step_major_order():
-    buf = RolloutBuffer(3, 2, 4, (2,), torch.float32, CPU)
+    buf = RolloutBuffer(BufferLayout(3, 2, 4, (2,), torch.float32), CPU)
     flat = buf.flat("obs", "actions", "values")
     assert flat["obs"].shape == (6, 4) and flat["actions"].shape == (6, 2)
     buf.values[1, 0] = 7.0
