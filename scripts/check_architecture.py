@@ -1,7 +1,9 @@
 """Check the package's architecture: layers import only the layers below them, no import circle,
-no module over the size limit, a docstring on every public function and class; and, across the
-repository (the package, its tasks in envs/ and the programs in scripts/, tests aside), no
-import circle, and no file of the benchmarks (scripts/bench/) over the size limit.
+no module over the size limit, a docstring on every public function and class, no function
+taking more than six parameters by position; the same size and parameter limits for the
+project's tasks (envs/); and, across the repository (the package, its tasks in envs/ and the
+programs in scripts/, tests aside), no import circle, and no file of the benchmarks
+(scripts/bench/) over the size limit.
 
     python scripts/check_architecture.py            # exit 1 and one line per violation
     python scripts/check_architecture.py --graph    # also print the layer-to-layer imports
@@ -235,6 +237,42 @@ def repository_problems() -> list[str]:
     return problems
 
 
+# At most this many parameters a caller may pass by position (`self` and `cls` aside): more
+# become keyword-only or a small settings object, so every call says what each value is.
+MAX_POSITIONAL = 6
+TASKS = "envs"  # the project's tasks: held to MAX_LINES and MAX_POSITIONAL as the package is
+
+
+def positional_overloads(path: Path, label: str) -> list[str]:
+    """Functions and constructors taking more than MAX_POSITIONAL parameters by position
+    (positional-only and ordinary ones; keyword-only ones and *args do not count)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        names = [a.arg for a in node.args.posonlyargs + node.args.args]
+        if names and names[0] in ("self", "cls"):
+            names = names[1:]
+        if len(names) > MAX_POSITIONAL:
+            out.append(
+                f"{label}:{node.lineno}: {node.name} takes {len(names)} parameters by position "
+                f"(at most {MAX_POSITIONAL}: make the rest keyword-only or a settings object)"
+            )
+    return out
+
+
+def task_problems() -> list[str]:
+    """The project's tasks (envs/): files over MAX_LINES, functions over MAX_POSITIONAL."""
+    problems = []
+    for path in sorted((ROOT / TASKS).rglob("*.py")):
+        label = str(path.relative_to(ROOT))
+        n = len(path.read_text().splitlines())
+        if n > MAX_LINES:
+            problems.append(f"{label}: {n} lines (at most {MAX_LINES})")
+        problems += positional_overloads(path, label)
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", action="store_true", help="print layer-to-layer imports")
@@ -248,11 +286,13 @@ def main(argv: list[str] | None = None) -> int:
         if n > MAX_LINES:
             problems.append(f"{name}: {n} lines (at most {MAX_LINES})")
         problems += undocumented(path, name)
+        problems += positional_overloads(path, name)
     if args.graph:
         pairs = sorted({(layer(e.source), layer(e.target)) for e in edges})
         for src, dst in pairs:
             print(f"{src} -> {dst}")
     problems += repository_problems()
+    problems += task_problems()
     nested = [e for e in edges if e.nested]
     for p in problems:
         print(p)

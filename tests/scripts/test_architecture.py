@@ -170,3 +170,47 @@ def test_a_benchmark_file_over_the_limit_is_found_and_a_tool_is_not(repository, 
     assert "scripts/bench/big.py: 401 lines (at most 400)" in out
     assert "scripts/bench/run.sh: 401 lines (at most 400)" in out
     assert "ok.py" not in out and "tool.py" not in out
+
+
+def test_a_function_taking_more_than_six_parameters_by_position_is_found(tree, capsys):
+    module, write = tree
+    write({
+        "__init__.py": "",
+        "algo/__init__.py": "",
+        "algo/many.py": '''
+            """Seven by position."""
+
+
+            def seven(a, b, c, d, e, f, g):
+                """Too many."""
+
+
+            class Step:
+                """A constructor: self does not count, keyword-only ones do not either."""
+
+                def __init__(self, a, b, c, d, e, f, *args, g=0, h=0):
+                    """Six by position."""
+
+                def apply(self, a, b, c, d, e, f, g, /):
+                    """Positional-only ones count."""
+        ''',
+    })  # fmt: skip
+    assert module.main([]) == 1
+    out = capsys.readouterr().out
+    assert "embodied_ppo.algo.many:5: seven takes 7 parameters by position (at most 6" in out
+    assert "embodied_ppo.algo.many:15: apply takes 7 parameters by position" in out
+    assert "__init__" not in out
+
+
+def test_the_tasks_are_held_to_the_size_and_parameter_limits(repository, capsys):
+    module, write = repository
+    write({
+        "envs/big.py": "x = 1\n" * 401,
+        "envs/arm.py": "class Arm:\n    def __init__(self, a, b, c, d, e, f, g=1):\n        pass\n",
+        "envs/reach.py": "def make(a, b, c, d, e, f, *, g=1, h=2):\n    pass\n",
+    })  # fmt: skip
+    assert module.main([]) == 1
+    out = capsys.readouterr().out
+    assert "envs/big.py: 401 lines (at most 400)" in out
+    assert "envs/arm.py:2: __init__ takes 7 parameters by position" in out
+    assert "reach" not in out
