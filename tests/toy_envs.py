@@ -236,3 +236,12 @@ class EpisodeReturns(gym.Wrapper):
 def make_counting(terminate_at: int | None = 8) -> gym.Env:
     """A factory of CountingEnv (as a user's `make_env` function is)."""
     return CountingEnv(terminate_at=terminate_at)
+
+
+def make_counting_vector(
+    num_envs: int = 2, autoreset: str = "SameStep", render_mode: str | None = None
+) -> gym.vector.VectorEnv:
+    """A factory of a whole vector env of CountingEnvs (as a user's batched env is)."""
+    fns = [make_counting] * num_envs
+    mode = gym.vector.AutoresetMode(autoreset)
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)

@@ -53,7 +53,8 @@ def train(
         callbacks: called after every iteration (see `Callback`); one returning True stops the
             run gracefully (checkpoint written, `stopped` in the result).
         env: the environment, in place of the config's env.id: an id, or a factory (an Env
-            class, or a function returning an Env; env.kwargs are its arguments), which the run
+            class, or a function returning an Env or a SAME_STEP-autoreset vector env of
+            env.num_envs; env.kwargs are its arguments), which the run
             records as env.entry_point (`module:name`). With `resume`, the factory of the run's
             env again, for a factory another process cannot import (a lambda, one defined in
             the script). A dict config may name the factory as its env.id instead.

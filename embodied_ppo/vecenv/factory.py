@@ -1,7 +1,7 @@
 """Environments made by a Python callable (a factory) instead of a registered id.
 
 The Python API takes a factory wherever it takes an id: an Env class, or a function returning
-an Env (`env.kwargs` are its arguments). The run registers it with Gymnasium under `env.id` (the
+an Env or a whole vector env (`vector_factory`); `env.kwargs` are its arguments. The run registers it with Gymnasium under `env.id` (the
 factory's name), so every part that makes envs by id makes it, and records how to make it again
 in `env.entry_point`: `module:name`, which a later process imports (the CLI's eval, a resume).
 A factory another process cannot import (a lambda, a function defined inside another, one of the
@@ -30,24 +30,15 @@ _GIVEN: dict[str, Factory] = {}
 
 
 class OneEnv:
-    """A factory as Gymnasium's registry calls it: it must make one env (the run makes
-    env.num_envs of them and one more to evaluate). Pickled with its factory, for env worker
-    processes."""
+    """A factory as Gymnasium's registry calls it, remembering the entry point it was recorded
+    by. Pickled with its factory, for env worker processes."""
 
     def __init__(self, factory: Factory, entry_point: str) -> None:
         self.factory, self.entry_point = factory, entry_point
 
     def __call__(self, **kwargs: object) -> gym.Env:
-        """The factory's env; a vector env is a one-line ConfigError."""
-        env = self.factory(**kwargs)
-        if isinstance(env, gym.vector.VectorEnv):
-            env.close()
-            raise ConfigError(
-                f"env.entry_point: {self.entry_point} made a {type(env).__name__}, a vector "
-                "env; a factory makes one env (the run makes env.num_envs of them, stepped by "
-                "env.backend): return one env, e.g. gymnasium.make(...) instead of make_vec"
-            )
-        return env
+        """The factory's env (a vector env is made through `vector_factory` instead)."""
+        return self.factory(**kwargs)
 
 
 @dataclass(frozen=True)

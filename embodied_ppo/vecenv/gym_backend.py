@@ -35,6 +35,7 @@ from embodied_ppo.vecenv.seeding import env_seeds
 from embodied_ppo.vecenv.serial import SerialVectorEnv
 from embodied_ppo.vecenv.spaces import Obs, describe_spaces, finite_rows, obs_cast
 from embodied_ppo.vecenv.state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
+from embodied_ppo.vecenv.vector_factory import make_vector, makes_vector
 from embodied_ppo.vecenv.workers import ProcessVectorEnv, WorkerDied, worker_context
 
 
@@ -124,7 +125,11 @@ class GymnasiumVecEnv:
             functools.partial(_make_member, cfg, k, os.getpid(), spec) for k in range(cfg.num_envs)
         ]
         mode = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        if cfg.backend == "async":
+        # A vector env a factory makes whole is stepped as it is; its members are not ours.
+        self.members_ours = not makes_vector(cfg)
+        if not self.members_ours:
+            self.env = make_vector(cfg)
+        elif cfg.backend == "async":
             self.env: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(
                 fns, context=worker_context().get_start_method(), **mode
             )
@@ -252,6 +257,9 @@ class GymnasiumVecEnv:
         """
         if self.env.closed:  # e.g. a checkpoint written after training ended
             replies = [{"reason": "closed"}] * self.num_envs
+        elif not self.members_ours:
+            reason = f"a vector env of {self.cfg.entry_point}, whose envs' state is not captured"
+            replies = [{"reason": reason}] * self.num_envs
         else:
             try:
                 replies = self.env.call("embodied_ppo_get_state")

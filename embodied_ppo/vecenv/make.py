@@ -13,6 +13,7 @@ from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.io.render import configure_headless_gl
 from embodied_ppo.vecenv.factory import register_entry_point
 from embodied_ppo.vecenv.mjlab_single import MjlabSingleEnv
+from embodied_ppo.vecenv.vector_factory import FirstEnv, make_vector, makes_vector
 
 
 def episode_limit(cfg: EnvConfig) -> int | None:
@@ -88,6 +89,8 @@ def make_one(cfg: EnvConfig, render_mode: str | None = None, wrap: bool = True) 
     if cfg.backend == "mjlab":
         return MjlabSingleEnv(cfg, render_mode)
     import_env_modules(cfg)
+    if makes_vector(cfg):  # a factory's vector env: its env 0 (evaluation, checks)
+        return FirstEnv(make_vector(cfg, render_mode))
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if render_mode is not None:

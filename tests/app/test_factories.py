@@ -204,14 +204,42 @@ def test_env_worker_processes_take_an_importable_factory_and_refuse_a_lambda(tmp
     assert not (tmp_path / "b").exists()
 
 
-def test_a_factory_of_a_vector_env_is_one_line(tmp_path):
-    def make_vec():
-        return gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+def metrics(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    timing = ("time", "SPS")
+    return [{k: v for k, v in r.items() if not any(t in k for t in timing)} for r in rows]
 
-    with pytest.raises(ConfigError) as info:
-        embodied_ppo.train("configs/cartpole.yaml", TINY, tmp_path / "run", env=make_vec, **quiet())
-    message = str(info.value)
-    assert (
-        message.startswith("env.entry_point: ") and "made a SyncVectorEnv, a vector env" in message
+
+def test_a_factory_of_a_whole_vector_env_trains_like_its_envs_one_by_one(tmp_path):
+    """A vector env (SAME_STEP autoreset) is stepped as it is: the run equals the one whose
+    factory makes its envs one at a time; eval runs its env 0; resume starts fresh episodes."""
+    one, vec = tmp_path / "one", tmp_path / "vec"
+    embodied_ppo.train("configs/cartpole.yaml", TINY, one, env=toy_envs.make_counting, **quiet())
+    embodied_ppo.train(
+        "configs/cartpole.yaml", TINY, vec, env=toy_envs.make_counting_vector, **quiet()
     )
-    assert "\n" not in message and not (tmp_path / "run").exists()
+    assert metrics(vec) == metrics(one)
+    assert entry(vec)["entry_point"] == "toy_envs:make_counting_vector"
+    assert embodied_ppo.evaluate(vec, episodes=2)["lengths"] == [8, 8]
+    out = cli("eval", str(vec), "--episodes", "1", "--json", str(tmp_path / "e.json"))
+    assert out.returncode == 0, out.stderr
+    out = cli("train", "--resume", str(vec), "--more", "32")
+    assert out.returncode == 0, out.stderr
+    assert "whose envs' state is not captured" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"autoreset": "NextStep"}, "makes a vector env with autoreset mode NextStep; make it"),
+        ({"num_envs": 3}, "env.num_envs: got 2, but toy_envs:make_counting_vector makes a vector"),
+    ],
+)
+def test_a_vector_env_that_does_not_fit_is_one_line(tmp_path, kwargs, fragment):
+    with pytest.raises(ConfigError) as info:
+        embodied_ppo.train(
+            "configs/cartpole.yaml", [*TINY, f"env.kwargs={json.dumps(kwargs)}"], tmp_path / "r",
+            env=toy_envs.make_counting_vector, **quiet(),
+        )  # fmt: skip
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "r").exists()
