@@ -72,9 +72,9 @@ def extend_schedule(
     """What a linear schedule does from a resume at `step` that sets trainer.total_steps to
     `total` (`lr_now`: the rate of the last update; `extension`: the run's earlier one).
 
-    rescale: None, the schedule of a run planned for `total` (lr * (1 - step / total): a
-    longer run's rate rises at the resume point); continue: from `lr_now` down to 0 at `total`;
-    keep: `lr_now` from here on. Other schedules do not depend on the total.
+    continue: from `lr_now` down to 0 at `total`; rescale: None, the schedule of a run
+    planned for `total` (lr * (1 - step / total): a longer run's rate rises at the resume
+    point); keep: `lr_now` from here on. Other schedules do not depend on the total.
     """
     if optim.schedule != "linear" or optim.schedule_extension == "rescale":
         return None

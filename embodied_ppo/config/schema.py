@@ -228,11 +228,11 @@ class OptimConfig:
     schedule: Literal["constant", "linear", "adaptive"] = _key(
         "constant", "constant; linear: decays to 0; adaptive: follows approx_kl"
     )
-    schedule_extension: Literal["rescale", "continue", "keep"] = _key(
-        "rescale",
-        "linear schedule, from a resume that changes trainer.total_steps on: rescale: the decay "
-        "of a run planned for the new total (a longer run's rate rises at the resume point); "
-        "continue: from the rate in effect down to 0 at the new total; keep: the rate in effect",
+    schedule_extension: Literal["continue", "rescale", "keep"] = _key(
+        "continue",
+        "linear schedule, from a resume that changes trainer.total_steps on: continue: from the "
+        "last update's rate down to 0 at the new total; rescale: the decay of a run planned for "
+        "the new total (a longer run's rate rises at the resume point); keep: the last rate",
     )
     desired_kl: float = _key(0.01, "adaptive schedule: the approx_kl it aims at")
     lr_min: float = _key(1e-5, "adaptive schedule: lowest learning rate")

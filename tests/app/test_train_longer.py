@@ -87,6 +87,8 @@ def test_the_command_trains_longer_and_refuses_what_does_not_fit(tmp_path, capsy
     out = capsys.readouterr().out
     assert "resuming" in out and "to 128 steps" in out
     assert max(rates(run)) == 96 and len(rates(run)) == 4  # two iterations more
+    # By default the rate goes on from the last update's, LR / 2, down to 0 at 128: no jump.
+    assert [rates(run)[s] for s in (32, 64, 96)] == pytest.approx([LR / 2, LR / 2, LR / 4])
 
     # Done: the command says how to go on.
     with pytest.raises(SystemExit) as exit_info:
