@@ -108,7 +108,7 @@ def test_relative_links_and_images_resolve(page):
 def test_readme_is_at_most_20_kb_and_keeps_the_ci_test_command():
     readme = ROOT / "README.md"
     assert readme.stat().st_size <= 20 * 1024, f"README.md is {readme.stat().st_size} bytes"
-    ci_command = 'pip install -e ".[test]" && python -m pytest -n auto'
+    ci_command = 'pip install -e ".[test]" && python -m pytest -n auto -rs'
     assert any(b.code.strip() == ci_command for b in blocks(readme))
     assert ci_command in (ROOT / ".ci" / "run").read_text()
 
