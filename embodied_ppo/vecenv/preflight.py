@@ -5,6 +5,7 @@ refusal is one line naming the key."""
 from __future__ import annotations
 
 import difflib
+import gc
 import importlib
 import pickle
 
@@ -153,7 +154,12 @@ def _spaces(cfg: EnvConfig) -> SpaceInfo:
     except UnsupportedSpace as exc:
         raise ConfigError(f"env.id: {cfg.id} has {exc}; {_supported(exc)}") from None
     finally:
+        # Freed now, not when the garbage collector gets to it: a MuJoCo renderer frees its GL
+        # context again when collected, and that releases whichever context is current then,
+        # so the training envs made in this process after it would render black frames.
         env.close()
+        del env
+        gc.collect()
 
 
 def _cannot_create(cfg: EnvConfig, exc: BaseException) -> ConfigError:

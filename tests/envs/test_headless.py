@@ -156,12 +156,6 @@ def test_a_user_makes_the_pixel_task_headless_with_gymnasium():
     assert shape == "(64, 64, 3)" and float(spread) > 1.0 and int(distinct) == 11, out.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the preflight's env is closed, but its MuJoCo render context is freed by the garbage "
-    "collector later, once the training envs exist in the same process: their frames come out "
-    "black (vecenv/preflight.py::_spaces; freeing it at once, del env + gc.collect(), fixes it)",
-)
 def test_a_users_env_rendering_its_observations_trains_headless(tmp_path, probe):
     # Gymnasium's own wrapper: the rendered frame becomes the "pixels" key of a Dict.
     run_dir = tmp_path / "run"
@@ -195,3 +189,34 @@ def test_a_render_failure_says_which_mujoco_gl_to_set(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     line = out.stdout.strip().splitlines()[-1]
     assert "environment 0 raised" in line and "MUJOCO_GL" in line, line
+
+
+def test_the_preflight_env_is_freed_before_the_training_envs_exist(monkeypatch):
+    """The env the checks build is gone when they return, not when the garbage collector gets
+    to it: a MuJoCo renderer frees its GL context again when collected, releasing whichever
+    context is current then, and training envs made after it in the same process would render
+    black frames. With Gymnasium's AddRenderObservation the env sits in a reference cycle."""
+    import gc
+    import weakref
+
+    from embodied_ppo.config.building import from_dict
+    from embodied_ppo.vecenv import preflight
+
+    made = []
+    make_one = preflight.make_one
+
+    def spy(*args, **kwargs):
+        env = make_one(*args, **kwargs)
+        made.append(weakref.ref(env.unwrapped))
+        return env
+
+    monkeypatch.setattr(preflight, "make_one", spy)
+    wrapper = {"name": "AddRenderObservation", "kwargs": {"render_only": False}}
+    kwargs = {"render_mode": "rgb_array", "width": 64, "height": 64}
+    cfg = from_dict({"env": {"id": "InvertedPendulum-v5", "kwargs": kwargs, "wrappers": [wrapper]}})
+    gc.disable()  # what the collector would free later does not count
+    try:
+        preflight.check_env(cfg)
+        assert made and made[0]() is None
+    finally:
+        gc.enable()
