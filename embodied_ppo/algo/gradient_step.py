@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Hashable, Iterator
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -46,6 +47,24 @@ from embodied_ppo.model.actor_critic import ActorCritic
 STEP_FIELDS = ("grad_norm", "skipped", "nonfinite")
 
 
+class StepLoss(Protocol):
+    """A minibatch loss the step can take in place of PPO's (`minibatch_loss.MinibatchLoss`):
+    its metric `names` (with "loss" and "approx_kl" among them, which the step reads) and the
+    loss with its metrics vector as a function of the policy's parameters and buffers."""
+
+    names: list[str]
+
+    def __call__(
+        self,
+        params: dict[str, Tensor],
+        buffers: dict[str, Tensor],
+        mb: tuple[Tensor, ...],
+        weights: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """(loss, metrics vector) of minibatch `mb` with its aggregation `weights`."""
+        ...
+
+
 class GradientStep:
     """The update's gradient step for `policy`, with Adam.
 
@@ -68,6 +87,8 @@ class GradientStep:
             torch.compile (if compiling fails, no C++ compiler, no Triton, the step runs eagerly
             after one note to `notes`).
         reference: frozen reference policy of the KL loss (used when algo.use_kl_loss).
+        loss: the minibatch loss (default: PPO's, `MinibatchLoss`); a distillation's trains the
+            same parameters through the same step.
     """
 
     def __init__(
@@ -75,6 +96,7 @@ class GradientStep:
         policy: ActorCritic,
         settings: UpdateSettings,
         reference: ActorCritic | None = None,
+        loss: StepLoss | None = None,
     ) -> None:
         algo, optim, compile = settings.algo, settings.optim, settings.compile
         self.policy, self.algo, self.optim = policy, algo, optim
@@ -101,7 +123,7 @@ class GradientStep:
         self.weight_decay = self.adam.weight_decay
         self.lr = optim.lr  # the rate of the next update (the schedule sets it)
         self._lr = torch.zeros((), dtype=torch.float32, device=self.device)
-        self.loss = MinibatchLoss(policy, algo, reference)
+        self.loss = loss if loss is not None else MinibatchLoss(policy, algo, reference, settings.mirror)
         self.metric_names = self.loss.names
         self.notes = settings.notes or sys.stdout
         self.grad_fn = torch.func.grad(self._loss, has_aux=True)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from embodied_ppo.algo.gradient_step import STEP_FIELDS, GradientStep
+from embodied_ppo.algo.gradient_step import STEP_FIELDS, GradientStep, StepLoss
 from embodied_ppo.algo.minibatches import (
     Share,
     ShareLayout,
@@ -19,6 +19,7 @@ from embodied_ppo.algo.minibatches import (
     share_weights,
 )
 from embodied_ppo.algo.settings import UpdateSettings
+from embodied_ppo.algo.symmetry import mirror_fields
 from embodied_ppo.core.obs import map_obs
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.model.actor_critic import ActorCritic
@@ -71,6 +72,7 @@ class PPOUpdate:
         generator: CPU generator for minibatch shuffling (its state is checkpointed).
         settings: the algorithm and optimizer blocks, compilation and the run's scale.
         reference: frozen policy of the KL loss (algo.use_kl_loss).
+        loss: the minibatch loss in place of PPO's (a distillation's: `algo.distill_loss`).
     """
 
     def __init__(
@@ -79,13 +81,15 @@ class PPOUpdate:
         generator: torch.Generator,
         settings: UpdateSettings,
         reference: ActorCritic | None = None,
+        loss: StepLoss | None = None,
     ) -> None:
         self.algo, self.optim = settings.algo, settings.optim
         self.generator, self.reduce = generator, settings.reduce
         self.world, self.rank, self.minibatch = settings.world, settings.rank, settings.minibatch
         self.recurrent = policy.state_size > 0
         self.fields = MINIBATCH_FIELDS + (RECURRENT_FIELDS if self.recurrent else ())
-        self.step = GradientStep(policy, settings, reference)
+        self.fields += mirror_fields(settings.mirror, self.recurrent)  # algorithm.symmetry
+        self.step = GradientStep(policy, settings, reference, loss)
         self.names = self.step.metric_names
 
     @property
