@@ -23,6 +23,7 @@ from embodied_ppo.app.evaluate import evaluate_command
 from embodied_ppo.app.export import ExportResult, export_policy
 from embodied_ppo.app.factories import bind_env, bind_env_to_run
 from embodied_ppo.app.plot import plot_runs
+from embodied_ppo.app.relay import WallBudget, seconds_of
 from embodied_ppo.app.results import Callback, TrainResult
 from embodied_ppo.app.session import _session, run_training
 from embodied_ppo.config.schema import Config
@@ -42,6 +43,7 @@ def train(
     use_intact: bool = False,
     stop: Callable[[], bool] | None = None,
     progress: TextIO | None = None,
+    wall_time: float | str | None = None,
 ) -> TrainResult:
     """Train a policy; returns the run directory and the last iteration's metrics.
 
@@ -67,6 +69,9 @@ def train(
             checkpoint (else that is an error naming it).
         stop: polled between iterations; True stops gracefully (the command's signal handler).
         progress: where the progress line goes (default stdout).
+        wall_time: seconds (or "10m", "90s", "1.5h") to train before stopping at the last
+            iteration boundary they hold, with a checkpoint (`stopped` in the result; relay
+            training, docs/reliability.md); `resume` continues it.
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         # An env worker process starts by importing the main module (forkserver, spawn): a
@@ -85,6 +90,10 @@ def train(
     ) as session:
         if isinstance(session, TrainResult):
             return session
+        if wall_time is not None:
+            budget = WallBudget(seconds_of(wall_time, "wall_time"))
+            outer = stop
+            stop = budget if outer is None else (lambda: bool(budget()) | bool(outer()))
         return run_training(session, callbacks, stop)
 
 

@@ -1,4 +1,4 @@
-"""Command line: argument parsing for `embodied-ppo train | eval | export | plot`.
+"""Command line: argument parsing for `embodied-ppo train | eval | export | plot | pack`.
 
 Each command's work lives with what it does (api.train_command, evaluate.evaluate_command,
 export.export_policy, plot.plot_runs); this module parses, dispatches and turns user errors
@@ -19,6 +19,7 @@ from embodied_ppo.app.evaluate import evaluate_command
 from embodied_ppo.app.export import export_policy
 from embodied_ppo.app.launch import torchrun
 from embodied_ppo.app.plot import plot_runs
+from embodied_ppo.app.relay import pack_command, parse_duration
 from embodied_ppo.app.session import QuietError
 from embodied_ppo.app.train import train_command
 from embodied_ppo.core.errors import UserError
@@ -64,6 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STEPS",
         help="with --resume: train STEPS env steps past the checkpoint (sets trainer.total_steps)",
     )
+    train.add_argument(
+        "--for",
+        dest="wall_time",
+        metavar="DURATION",
+        help="train for this wall time (90s, 10m, 1.5h): stop at the last iteration boundary it "
+        "holds, with a checkpoint and exit status 0 (relay training, docs/reliability.md)",
+    )
+    pack = sub.add_parser(
+        "pack",
+        help="pack a run directory small, to continue it on another machine",
+        description="Write RUN's config, metrics, logs and newest intact checkpoint to OUT "
+        "(.tar.gz); `tar -xzf OUT -C runs/` unpacks it and `embodied-ppo train --resume "
+        "runs/NAME` continues it.",
+    )
+    pack.add_argument("run", metavar="RUN_DIR")
+    pack.add_argument("out", metavar="OUT.tar.gz")
+    pack.add_argument("--best", action="store_true", help="carry checkpoints/best.pt too")
     _add_eval_export_plot(sub)
     launch = sub.add_parser(
         "torchrun",
@@ -191,7 +209,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     # the compiler's ~0.5M, ~1 s on 2 cores. Everything is written and closed by then (logs,
     # checkpoints, env workers), so the process leaves them to the system instead.
     atexit.register(gc.freeze)
-    return train_command(args.config, args.overrides, args.resume, args.use_intact, args.more)
+    wall_time = None if args.wall_time is None else parse_duration(args.wall_time)
+    return train_command(
+        args.config, args.overrides, args.resume, args.use_intact, args.more, wall_time=wall_time
+    )
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    """`embodied-ppo pack`; returns the exit status."""
+    return pack_command(args.run, args.out, args.best)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -258,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
             "eval": cmd_eval,
             "export": cmd_export,
             "plot": cmd_plot,
+            "pack": cmd_pack,
             "torchrun": cmd_torchrun,
         }
         code = commands[args.command](args)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from embodied_ppo.app.launch import LAUNCHER_ENV
+from embodied_ppo.app.relay import WallBudget, describe
 from embodied_ppo.app.results import TrainResult
 from embodied_ppo.app.session import _session, run_training, say
 from embodied_ppo.app.signals import GracefulStop, exit_code
@@ -22,9 +24,12 @@ def train_command(
     resume: str | None,
     use_intact: bool = False,
     more_steps: int | None = None,
+    *,
+    wall_time: float | None = None,
 ) -> int:
     """`embodied-ppo train CONFIG [overrides]` or `embodied-ppo train --resume RUN_DIR
-    [--more STEPS]`."""
+    [--more STEPS]`; `wall_time` (--for): seconds to train before stopping at an iteration
+    boundary with a checkpoint and status 0 (relay.WallBudget)."""
     if resume:
         overrides = ([config_path] if config_path else []) + overrides
     elif not config_path:
@@ -49,8 +54,9 @@ def train_command(
             return 0  # already trained to trainer.total_steps
         trainer = session
         hint = resume_hint(trainer.run_dir)
+        budget = WallBudget(wall_time) if wall_time is not None else None
         try:
-            result = run_training(trainer, (), stop)
+            result = run_training(trainer, (), stop if budget is None else _either(stop, budget))
         except BaseException as exc:
             # A second signal stops at once, whatever exception its interruption surfaced as.
             if not isinstance(exc, KeyboardInterrupt) and stop.interrupted is None:
@@ -58,6 +64,15 @@ def train_command(
             last = trainer.last_checkpoint or "no checkpoint yet"
             say(f"\nstopped at once; last checkpoint: {last}; {hint}", file=sys.stderr)
             return exit_code(stop.interrupted or getattr(exc, "signum", signal.SIGINT))
+        if result.stopped and budget is not None and budget.reached and not stop():
+            assert wall_time is not None
+            say(
+                f"stopped at the wall-time budget ({describe(wall_time)}) at step "
+                f"{result.global_step:,} (iteration {result.iteration}); checkpoint: "
+                f"{result.checkpoint}; {hint}, with --for for another window (`embodied-ppo "
+                f"pack {trainer.run_dir} RUN.tar.gz` carries it to another machine)"
+            )
+            return 0
         if result.stopped:
             say(
                 f"stopped at step {result.global_step:,} (iteration {result.iteration}); "
@@ -73,6 +88,16 @@ def train_command(
         say(f"checkpoint: {result.checkpoint}")
         say(f"train longer with `embodied-ppo train --resume {trainer.run_dir} --more STEPS`")
         return 0
+
+
+def _either(first: Callable[[], bool], second: Callable[[], bool]) -> Callable[[], bool]:
+    """A stop condition that holds when either holds (both are polled: the budget keeps time)."""
+
+    def either() -> bool:
+        """Poll both; True when either says stop."""
+        return bool(second()) | bool(first())
+
+    return either
 
 
 def resume_hint(run_dir: Path | str) -> str:
