@@ -37,8 +37,10 @@ def rng_state(shuffle: torch.Generator) -> CheckpointState:
     return state
 
 
-def set_rng_state(state: CheckpointState, shuffle: torch.Generator) -> None:
-    """Restore `rng_state`."""
+def set_rng_state(state: CheckpointState, shuffle: torch.Generator) -> str | None:
+    """Restore `rng_state`; returns a note where the checkpoint's CUDA generators could not be
+    restored (no CUDA here, or another number of devices: torch keeps one generator per
+    device and sets them all at once), else None."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = state["numpy"]
@@ -53,9 +55,14 @@ def set_rng_state(state: CheckpointState, shuffle: torch.Generator) -> None:
     )
     torch.set_rng_state(state["torch"])
     shuffle.set_state(state["shuffle"])
-    if (
-        "cuda" in state
-        and torch.cuda.is_available()
-        and len(state["cuda"]) == torch.cuda.device_count()
-    ):
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" not in state:
+        return None
+    saved = len(state["cuda"])
+    here = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if saved != here:
+        return (
+            f"the checkpoint's random generators of {saved} CUDA device(s) were not restored: "
+            f"this machine has {here} (CUDA draws continue from other states)"
+        )
+    torch.cuda.set_rng_state_all(state["cuda"])
+    return None

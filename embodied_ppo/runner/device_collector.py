@@ -1,8 +1,9 @@
 """Rollout collection from an env that lives on the training device (`vecenv.DeviceVecEnv`,
 e.g. mjlab), behind the rollout contract (`runner.rollout`): observations, actions and the whole
 rollout stay device tensors, written straight into the buffer; the policy acts in torch.
-Nothing goes to the host per step; the episodes' statistics and the finiteness check are read
-once per rollout.
+Nothing goes to the host per step; the episodes' statistics and the finiteness check (of the
+stored rollout, its bootstrap values and the observation after it) are read once per rollout,
+and only the final observations of truncated episodes are valued.
 
 The semantics are the host `collector.Collector`'s (docs/design.md, rules 1 and 2): a truncated
 episode is bootstrapped with V(final_obs), a terminated one with 0; the policy is fixed during
@@ -29,8 +30,10 @@ from embodied_ppo.runner.rollout import Bootstrap, CollectorSettings, RolloutCol
 from embodied_ppo.vecenv.device_protocol import DeviceObs, DeviceStep, DeviceVecEnv
 from embodied_ppo.vecenv.seeding import warm_up_seed
 
-# A truncation's final observations: (step t, (N,) bool rows truncated at t, observations).
+# A truncation's final observations: (step t, (K,) env indices truncated at t, observations).
 Final = tuple[int, torch.Tensor, DeviceObs]
+# Each log key's running sum of per-episode means times episodes, and the episodes.
+Logs = dict[str, list]
 
 
 class DeviceCollector(RolloutCollector[DeviceVecEnv, DeviceObs]):
@@ -99,7 +102,7 @@ class DeviceCollector(RolloutCollector[DeviceVecEnv, DeviceObs]):
         noise = self.noise.draw(T, noise_seed)
         keep_finals = s.keep_bootstrap_obs
         finals: list[Final] = []
-        logs: dict[str, list[tuple[torch.Tensor, int]]] = {}
+        logs: Logs = {}
         finite = torch.ones((), dtype=torch.bool, device=self.device)
         self.merged = False
         buf.final_values.zero_()
@@ -112,19 +115,20 @@ class DeviceCollector(RolloutCollector[DeviceVecEnv, DeviceObs]):
             res = self.envs.step(buf.actions[t])
             self._record(t, res, keep_finals, finals)
             for key, value in res.log.items():
-                logs.setdefault(key, []).append((value, res.ended))
+                total = logs.setdefault(key, [0.0, 0])
+                total[0], total[1] = total[0] + value * res.ended, total[1] + res.ended
             if res.finite is not None:
                 finite &= res.finite
             obs = res.obs
         self.obs = obs
+        finite &= _finite(buf.rewards, buf.obs, obs, buf.final_values)
         if not bool(finite):  # one host read per rollout
             raise TrainingError(
                 "the environment returned a non-finite observation or reward during this rollout"
             )
         bootstrap = None
         if s.keep_bootstrap_obs:
-            kept = [(t, rows.nonzero().squeeze(-1), _rows(o, rows)) for t, rows, o in finals]
-            bootstrap = Bootstrap({k: v.clone() for k, v in obs.items()}, kept)
+            bootstrap = Bootstrap({k: v.clone() for k, v in obs.items()}, finals)
         self._finish_buffer(self._values(obs), bootstrap, episodic=False)
         return self._stats(T * N, logs)
 
@@ -170,30 +174,31 @@ class DeviceCollector(RolloutCollector[DeviceVecEnv, DeviceObs]):
         buf.terminated[t] = res.terminated.float()
         ends = res.terminated | res.truncated
         buf.ends[t] = ends.float()
-        cut = res.truncated & ~res.terminated
-        buf.truncated[t] = cut
+        buf.truncated[t] = res.truncated & ~res.terminated
         self.episode_returns[t] = res.episode_return
         self.episode_lengths[t] = res.episode_length
-        if res.ended:  # the host knows whether any episode ended (the env reset them)
-            # Every row is valued (no host read of which ones); only truncated rows count.
-            values = self._values(res.final_obs)
-            buf.final_values[t] = torch.where(cut, values, 0.0)
+        if res.final_ids is not None:  # the host knows whether any episode was truncated
+            # The truncated rows alone are valued (a termination bootstraps 0).
+            buf.final_values[t].index_copy_(0, res.final_ids, self._values(res.final_obs))
             if keep_finals:
-                finals.append((t, cut, {k: v.clone() for k, v in res.final_obs.items()}))
+                finals.append((t, res.final_ids, {k: v.clone() for k, v in res.final_obs.items()}))
 
-    def _stats(self, steps: int, logs: dict[str, list[tuple[torch.Tensor, int]]]) -> RolloutStats:
+    def _stats(self, steps: int, logs: Logs) -> RolloutStats:
         """The rollout's finished episodes, read from the device once."""
         ends = self.buffer.ends.bool()
         stats = RolloutStats(steps=steps)
         stats.episode_returns = self.episode_returns[ends].tolist()
         stats.episode_lengths = self.episode_lengths[ends].tolist()
         if logs:
-            # Each step's log is a mean over the episodes that ended then: weigh it by them.
+            # Each step's log is a mean over the episodes that ended then: weighed by them.
             names = list(logs)
-            means = torch.stack(
-                [sum(v * n for v, n in logs[k]) / max(1, sum(n for _, n in logs[k])) for k in names]
-            ).tolist()
-            stats.episode_logs = [dict(zip(names, means, strict=True))]
+            means = [logs[k][0] / max(1, logs[k][1]) for k in names]
+            tensors = [i for i, v in enumerate(means) if isinstance(v, torch.Tensor)]
+            if tensors:  # the device's means, read at once
+                read = torch.stack([means[i].float() for i in tensors]).tolist()
+                for i, value in zip(tensors, read, strict=True):
+                    means[i] = value
+            stats.episode_logs = [dict(zip(names, map(float, means), strict=True))]
         return stats
 
     # ------------------------------------------------------------------ observation statistics
@@ -215,6 +220,18 @@ def _numpy_rng_kept() -> Iterator[None]:
     finally:
         random.setstate(python)
         np.random.set_state(numpy)
+
+
+def _finite(
+    rewards: torch.Tensor, stored: DeviceObs, last: DeviceObs, bootstraps: torch.Tensor
+) -> torch.Tensor:
+    """Whether a rollout's rewards, stored observations, the observation after it and its
+    bootstrap values (of the truncations' final observations) are all finite (a 0-d bool)."""
+    finite = torch.isfinite(rewards).all() & torch.isfinite(bootstraps).all()
+    for group in (stored, last):
+        for v in group.values():
+            finite &= torch.isfinite(v).all()
+    return finite
 
 
 def _rows(obs: DeviceObs, rows: torch.Tensor | slice) -> DeviceObs:

@@ -129,7 +129,7 @@ class RunState:
             self.policy.load_state_dict(state.model)
             self.updater.load_optimizer_state(state.optimizer)
             self.reward_scaler.load_state_dict(state.reward_scaler)
-            set_rng_state(state.rng, self.shuffle)
+            rng_note = set_rng_state(state.rng, self.shuffle)
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
             raise CheckpointError(
                 f"checkpoint does not match this run: {first_line(exc)}"
@@ -154,6 +154,8 @@ class RunState:
         reason = self.collector.restore(state.envs, fresh, self.global_step // e.num_envs)
         if reason is not None:
             self.resume_note = f"environments start fresh episodes ({self.resume_note or reason})"
+        if rng_note is not None:
+            self.resume_note = "; ".join(filter(None, (self.resume_note, rng_note)))
 
 
 def read_run_checkpoint(

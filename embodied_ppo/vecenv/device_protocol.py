@@ -22,15 +22,21 @@ class DeviceStep:
     reward: torch.Tensor  # (N,) float32, raw
     terminated: torch.Tensor  # (N,) bool
     truncated: torch.Tensor  # (N,) bool
-    final_obs: DeviceObs  # rows valid where terminated | truncated
+    # The final observations of the episodes truncated (and not terminated) at this step, the
+    # only ones a value bootstraps from (docs/design.md, rule 1): (K, ...) rows, the envs
+    # `final_ids` (K,) int64 names; empty and None where no episode was truncated (known on the
+    # host, so that nothing is valued then).
+    final_obs: DeviceObs
     # the raw return and length of the episode that ended at this step (valid where it ended)
     episode_return: torch.Tensor  # (N,) float32
     episode_length: torch.Tensor  # (N,) int64
+    final_ids: torch.Tensor | None = None
     ended: int = 0  # how many episodes ended at this step (known on the host)
-    # the env's own scalars of the episodes that ended, each the mean over them (0-d tensors)
-    log: dict[str, torch.Tensor] = field(default_factory=dict)
-    # False where an observation or reward of this step is not finite (a 0-d bool tensor,
-    # read once per rollout rather than per step)
+    # the env's own scalars of the episodes that ended, each the mean over them (host numbers,
+    # or 0-d tensors on the device)
+    log: dict[str, float | torch.Tensor] = field(default_factory=dict)
+    # False where an observation or reward of this step is not finite (a 0-d bool tensor, read
+    # once per rollout); None: the collector checks the rollout it stored instead
     finite: torch.Tensor | None = None
 
 

@@ -3,18 +3,20 @@ on the training device (MuJoCo Warp), behind `DeviceVecEnv`.
 
 Observations stay torch tensors on the device: mjlab's observation groups are the keys of a
 Dict observation (`actor`, `critic`, ...), actions go in as device tensors, and nothing is
-copied to the host per step but the number of episodes that ended (mjlab itself reads it to
-reset them).
+copied to the host per step but the number of truncated episodes (mjlab itself reads the
+number of ended ones to reset them).
 
-Episode ends follow docs/design.md, rule 1. mjlab's own auto-reset would return the reset
-observation of an env whose episode ended, and its final observation would be lost (its rsl_rl
-recipe bootstraps a time-out with the value of the observation before the last step instead).
-The backend therefore turns mjlab's auto-reset off: `step` returns the true final observations,
-the backend keeps them as `final_obs` and then resets the ended envs itself (`reset(env_ids)`,
-mjlab's reset path: events, commands and observation histories as in its auto-reset), so the
-observations it hands back are the reset ones (same-step autoreset). mjlab's `terminated` is a
-termination (a fall: bootstrap 0), its `truncated` a time-out (`time_out` terms: bootstrap
-V(final_obs)); a task with `is_finite_horizon` reports its time limit as a termination.
+Episode ends follow docs/design.md, rule 1. mjlab's `terminated` is a termination (a fall:
+bootstrap 0), its `truncated` a time-out (`time_out` terms: bootstrap V(final_obs)); a task
+with `is_finite_horizon` reports its time limit as a termination. mjlab's own auto-reset would
+return the reset observation of an env whose episode ended, and a time-out's final observation
+would be lost (its rsl_rl recipe bootstraps a time-out with the value of the observation before
+the last step instead). So mjlab's auto-reset takes the terminations inside its step, and the
+truncations are held back (`mjlab_resets.EpisodeEnds`): `step` reads their final observations
+and then resets them itself (`reset(env_ids)`, mjlab's reset path: events, commands and
+observation histories as in its auto-reset), so the observations it hands back are the reset
+ones (same-step autoreset), and the second forward pass a reset after the step costs is paid
+only on steps where an episode was truncated.
 
 mjlab draws every random number (commands, pushes, domain randomization, observation noise)
 from torch's global generator, which it seeds with the env seed; the run's checkpoint carries
@@ -33,6 +35,7 @@ from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.vecenv import mjlab_state
 from embodied_ppo.vecenv.device_protocol import DeviceObs, DeviceStep
+from embodied_ppo.vecenv.mjlab_resets import EpisodeEnds, Log, merge_logs, per_episode
 from embodied_ppo.vecenv.mjlab_tasks import (
     build,
     is_out_of_memory,
@@ -41,6 +44,7 @@ from embodied_ppo.vecenv.mjlab_tasks import (
     space_info,
     task_config,
 )
+from embodied_ppo.vecenv.object_state import Uncapturable
 from embodied_ppo.vecenv.seeding import env_seeds, episode_start_seed
 
 
@@ -72,6 +76,7 @@ class MjlabVecEnv:
             if is_out_of_memory(exc):
                 raise memory_error(cfg, self.device, exc) from None
             raise
+        self.ends = EpisodeEnds(self.env)
         self.info = space_info(self.env, str(cfg.id))
         self.keys = list(self.info.obs_keys or {})
         self._ep_return = torch.zeros(self.num_envs, device=self.device)
@@ -120,62 +125,75 @@ class MjlabVecEnv:
         steps.copy_(start)
 
     def step(self, action: torch.Tensor) -> DeviceStep:
-        """Step every env with `action` (N, A); reset the envs whose episode ended."""
+        """Step every env with `action` (N, A); reset the envs whose episode ended (the
+        terminated ones inside mjlab's step, the truncated ones after it)."""
+        self.ends.begin()
         try:
-            obs, reward, terminated, truncated, _ = self.env.step(action)
+            obs, reward, terminated, truncated, extras = self.env.step(action)
         except Exception as exc:
             raise TrainingError(
                 f"environment step failed ({type(exc).__name__}: {first_line(exc)}) {self._where()}"
             ) from exc
+        self.ends.after_step()
         self.steps += 1
+        fell = self.ends.reset_envs  # reset inside the step (host int: mjlab read it)
+        logs = [(per_episode(extras.get("log", {}), fell), fell)]
         obs = self._obs(obs)
-        reward = reward.float()
-        finite = torch.isfinite(reward).all()
-        for v in obs.values():
-            finite = finite & torch.isfinite(v).all()
+        reward = reward.to(torch.float32, copy=True)  # mjlab's buffer, which its next step writes
+        if self.ends.finite_horizon:  # the time limit ends the task: a termination
+            terminated, truncated = terminated | truncated, torch.zeros_like(truncated)
+        else:
+            terminated, truncated = terminated.clone(), truncated & ~terminated
         self._ep_return += reward
         self._ep_length += 1
-        ended = terminated | truncated
-        ids = ended.nonzero().squeeze(-1)  # mjlab reads the same on the host to reset
-        episode_return, episode_length = self._ep_return.clone(), self._ep_length.clone()
         result = DeviceStep(
             obs=obs,
             reward=reward,
             terminated=terminated,
             truncated=truncated,
-            final_obs=obs,
-            episode_return=episode_return,
-            episode_length=episode_length,
-            finite=finite,
+            final_obs={},
+            episode_return=self._ep_return.clone(),
+            episode_length=self._ep_length.clone(),
         )
-        if ids.numel():
-            # A copy: a group with history is a view of mjlab's history buffer, which the
-            # reset writes.
-            result.final_obs = {k: v.clone() for k, v in obs.items()}
-            try:
-                reset_obs, extras = self.env.reset(env_ids=ids)
-            except Exception as exc:
-                raise TrainingError(
-                    f"environment reset failed ({type(exc).__name__}: {first_line(exc)}) "
-                    f"{self._where()}"
-                ) from exc
-            # The reset computes every env's observations; the envs that did not end keep
-            # their own (their history buffers were not advanced by it).
-            result.obs = self._obs(reset_obs)
-            result.ended = int(ids.numel())
-            result.log = {
-                str(k): torch.as_tensor(v, dtype=torch.float32, device=self.device)
-                for k, v in extras.get("log", {}).items()
-            }
+        cut = truncated.nonzero().squeeze(-1)  # the step's one host read of ours
+        if cut.numel():
+            result.final_obs = {k: v[cut] for k, v in obs.items()}  # a copy, before the reset
+            result.final_ids = cut
+            result.obs, log = self._reset_truncated(obs, cut)
+            logs.append((log, int(cut.numel())))
+        result.ended = fell + int(cut.numel())
+        if result.ended:
+            result.log = merge_logs(logs)
+            ended = terminated | truncated
             self._ep_return.masked_fill_(ended, 0.0)
             self._ep_length.masked_fill_(ended, 0)
         return result
 
+    def _reset_truncated(self, obs: DeviceObs, ids: torch.Tensor) -> tuple[DeviceObs, Log]:
+        """Reset the envs `ids` (K,) after their final observations were read: the observations
+        with those rows reset (the others as the step left them), and the reset's episode log."""
+        try:
+            reset_obs, extras = self.env.reset(env_ids=ids)
+        except Exception as exc:
+            raise TrainingError(
+                f"environment reset failed ({type(exc).__name__}: {first_line(exc)}) "
+                f"{self._where()}"
+            ) from exc
+        # The reset computes every env's observation terms again (with fresh noise); the envs it
+        # did not reset keep the observation of the step, as mjlab's auto-reset gives them.
+        rows = {k: v.index_copy(0, ids, reset_obs[k][ids]) for k, v in obs.items()}
+        return rows, per_episode(extras.get("log", {}), int(ids.numel()))
+
     # ------------------------------------------------------------------ resume
     def get_state(self) -> CheckpointState:
-        """The envs mid-episode (mjlab's simulation and managers), episode statistics, steps."""
+        """The envs mid-episode (mjlab's simulation and managers), episode statistics, steps;
+        where a part cannot be captured, why (a resume then starts fresh episodes and says so)."""
+        try:
+            members = mjlab_state.capture(self.env)
+        except Uncapturable as exc:
+            return {"members": None, "not_captured": f"mjlab env state: {exc}", "steps": self.steps}
         return {
-            "members": mjlab_state.capture(self.env),
+            "members": members,
             "ep_return": self._ep_return.cpu().clone(),
             "ep_length": self._ep_length.cpu().clone(),
             "steps": self.steps,

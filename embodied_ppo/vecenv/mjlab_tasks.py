@@ -97,8 +97,9 @@ def check_task_id(cfg: EnvConfig) -> None:
 def task_config(cfg: EnvConfig, num_envs: int, seed: int, play: bool = False) -> Any:
     """The task's env config (mjlab's `ManagerBasedRlEnvCfg`, a fresh copy) for `num_envs` envs
     seeded with `seed`, with env.kwargs and env.max_episode_steps applied. Episodes are not
-    reset inside `step` (auto_reset off): the backend resets them itself after reading their
-    final observations (docs/design.md, rule 1)."""
+    reset inside `step` (auto_reset off): the single env resets them itself after reading their
+    final observations (docs/design.md, rule 1); the vector backend lets mjlab reset the
+    terminated ones in the step (`mjlab_resets.EpisodeEnds`)."""
     check_task_id(cfg)
     registry = import_mjlab()
     env_cfg = registry.load_env_cfg(cfg.id, play=play)
@@ -121,8 +122,10 @@ def task_config(cfg: EnvConfig, num_envs: int, seed: int, play: bool = False) ->
     env_cfg.seed = int(seed) % 2**32  # mjlab seeds numpy's global generator with it
     env_cfg.auto_reset = False
     if cfg.max_episode_steps is not None:
+        # mjlab's limit is ceil(episode_length_s / step_dt) steps: half a step under the limit
+        # gives exactly max_episode_steps whatever the rounding (7 x 0.02 s / 0.02 s is 7.0000001)
         step_dt = env_cfg.sim.mujoco.timestep * env_cfg.decimation
-        env_cfg.episode_length_s = cfg.max_episode_steps * step_dt
+        env_cfg.episode_length_s = (cfg.max_episode_steps - 0.5) * step_dt
     return env_cfg
 
 

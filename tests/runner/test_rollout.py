@@ -48,12 +48,14 @@ class TensorTwin:
             res.episode_envs, res.episode_returns, res.episode_lengths, strict=True
         ):
             episode_return[env], episode_length[env] = ret, length
+        cut = np.flatnonzero(res.truncated & ~res.terminated)
         return DeviceStep(
             obs=self._tensors(res.obs),
             reward=torch.from_numpy(res.reward.copy()),
             terminated=torch.from_numpy(res.terminated.copy()),
             truncated=torch.from_numpy(res.truncated.copy()),
-            final_obs=self._tensors(res.final_obs),
+            final_obs=self._tensors({k: v[cut] for k, v in res.final_obs.items()}),
+            final_ids=torch.from_numpy(cut) if cut.size else None,
             episode_return=episode_return,
             episode_length=episode_length,
             ended=len(res.episode_envs),
@@ -140,8 +142,8 @@ def test_host_and_device_collection_fill_the_same_buffer():
         for name in ("actions", "logprobs", "values", "terminated", "ends", "mask"):
             assert torch.equal(getattr(h, name), getattr(d, name)), name
         assert torch.equal(h.truncated, d.truncated)
-        # V(final_obs) of the truncations (the device values every row, then keeps those) and
-        # the rewards scaled by twin scalers.
+        # V(final_obs) of the truncations (each kind values those rows alone) and the rewards
+        # scaled by twin scalers.
         for name in ("next_values", "rewards"):
             torch.testing.assert_close(getattr(h, name), getattr(d, name), rtol=0, atol=1e-6)
         # Returns: float64 on the host, float32 tensors from a device env.
