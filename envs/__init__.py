@@ -20,6 +20,9 @@ sim-to-real toolkit of `embodied_ppo_envs.sim2real`:
     EmbodiedPPO/QuadrupedFlat-v0   flat ground, 20 s episodes
     EmbodiedPPO/QuadrupedRough-v0  slopes, stairs and obstacles with a terrain curriculum
 
+each also a vector env of many robots stepped together (their `vector_entry_point`,
+`quadruped_vector.QuadrupedVectorEnv`), which embodied-ppo's sync backend steps.
+
 Bad task arguments raise `TaskConfigError` (a ValueError) whose `key` names the argument.
 """
 
@@ -55,6 +58,7 @@ for _id, (_terrain, _limit) in LEGGED_TASKS.items():
         gym.register(
             _id,
             entry_point="embodied_ppo_envs.quadruped:QuadrupedEnv",
+            vector_entry_point="embodied_ppo_envs.quadruped_vector:QuadrupedVectorEnv",
             max_episode_steps=_limit,
             kwargs={"terrain": _terrain},
         )

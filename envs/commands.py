@@ -109,70 +109,78 @@ def _parse_schedule(value: Any, limits: tuple[float, float, float]) -> tuple | N
 
 
 class VelocityCommands:
-    """The command of one env, advanced once per policy step of `dt` seconds."""
+    """The commands of `count` envs (one row each), advanced once per policy step of `dt`
+    seconds; each env draws from its own generator (`rngs[row]` where a method takes them)."""
 
-    def __init__(self, spec: CommandSpec, dt: float) -> None:
+    def __init__(self, spec: CommandSpec, dt: float, count: int) -> None:
         self.spec = spec
         self.dt = dt
         self.resample_steps = max(1, round(spec.resample_s / dt))
-        self.command = np.zeros(3)
-        self.steps = 0  # policy steps into the episode
-        self.level = spec.curriculum.initial if spec.curriculum else 1.0
-        self.row = 0  # the schedule entry in force
+        self.command = np.zeros((count, 3))
+        self.steps = np.zeros(count, dtype=np.int64)  # policy steps into the episode
+        initial = spec.curriculum.initial if spec.curriculum else 1.0
+        self.level = np.full(count, initial)
+        self.row = np.zeros(count, dtype=np.int64)  # the schedule entry in force
+        if spec.schedule is not None:
+            table = np.asarray(spec.schedule)
+            self._times, self._commands = table[:, 0] - 1e-9, table[:, 1:]
 
-    def ranges(self) -> np.ndarray:
-        """The ranges commands are drawn from now: (3, 2)."""
-        return np.asarray(self.spec.ranges) * self.level
+    def ranges(self, row: int) -> np.ndarray:
+        """The ranges env `row`'s commands are drawn from now: (3, 2)."""
+        return np.asarray(self.spec.ranges) * self.level[row]
 
-    def _draw(self, rng: np.random.Generator) -> None:
-        ranges = self.ranges()
+    def _draw(self, row: int, rng: np.random.Generator) -> None:
+        ranges = self.ranges(row)
         # Every draw always happens, so the stream does not depend on the outcomes.
         stand = rng.random() < self.spec.stand_prob
         draw = rng.uniform(ranges[:, 0], ranges[:, 1])
         if any(self.spec.zero_prob):
             draw[rng.random(3) < self.spec.zero_prob] = 0.0
-        self.command[:] = 0.0 if stand else draw
+        self.command[row] = 0.0 if stand else draw
 
-    def reset(self, rng: np.random.Generator) -> None:
-        self.steps = 0
-        self.row = 0
+    def reset(self, row: int, rng: np.random.Generator) -> None:
+        """A new episode of env `row`: its first command."""
+        self.steps[row] = 0
+        self.row[row] = 0
         if self.spec.schedule is not None:
-            self.command[:] = self.spec.schedule[0][1:]
+            self.command[row] = self._commands[0]
         else:
-            self._draw(rng)
+            self._draw(row, rng)
 
-    def restart(self) -> None:
-        """Back to the curriculum's first level (a seeded reset starts from scratch)."""
-        self.level = self.spec.curriculum.initial if self.spec.curriculum else 1.0
+    def restart(self, row: int) -> None:
+        """Env `row` back to the curriculum's first level (a seeded reset starts from scratch)."""
+        self.level[row] = self.spec.curriculum.initial if self.spec.curriculum else 1.0
 
-    def step(self, rng: np.random.Generator) -> None:
-        """Advance one policy step; draw a new command when it is due."""
+    def step(self, rngs: list[np.random.Generator]) -> None:
+        """Advance every env one policy step; draw new commands where they are due."""
         self.steps += 1
-        schedule = self.spec.schedule
-        if schedule is not None:
+        if self.spec.schedule is not None:
+            # The last entry whose time has come (entries start in increasing time).
             t = self.steps * self.dt
-            while self.row + 1 < len(schedule) and t >= schedule[self.row + 1][0] - 1e-9:
-                self.row += 1
-                self.command[:] = schedule[self.row][1:]
-        elif self.steps % self.resample_steps == 0:
-            self._draw(rng)
+            self.row[:] = np.searchsorted(self._times, t, side="right") - 1
+            self.command[:] = self._commands[self.row]
+            return
+        for row in np.flatnonzero(self.steps % self.resample_steps == 0).tolist():
+            self._draw(row, rngs[row])
 
-    def end_episode(self, mean_error: float, fell: bool) -> None:
-        """Widen the ranges after a well-tracked episode (curriculum only)."""
+    def end_episode(self, row: int, mean_error: float, fell: bool) -> None:
+        """Widen env `row`'s ranges after a well-tracked episode (curriculum only)."""
         curriculum = self.spec.curriculum
         if curriculum is not None and not fell and mean_error < curriculum.max_error:
-            self.level = min(1.0, self.level + curriculum.step)
+            self.level[row] = min(1.0, self.level[row] + curriculum.step)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, row: int) -> dict[str, Any]:
+        """Env `row`'s command state, plain data."""
         return {
-            "command": self.command.copy(),
-            "steps": self.steps,
-            "level": self.level,
-            "row": self.row,
+            "command": self.command[row].copy(),
+            "steps": int(self.steps[row]),
+            "level": float(self.level[row]),
+            "row": int(self.row[row]),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.command[:] = state["command"]
-        self.steps = int(state["steps"])
-        self.level = float(state["level"])
-        self.row = int(state["row"])
+    def load_state_dict(self, row: int, state: dict[str, Any]) -> None:
+        """Restore `state_dict(row)`."""
+        self.command[row] = state["command"]
+        self.steps[row] = int(state["steps"])
+        self.level[row] = float(state["level"])
+        self.row[row] = int(state["row"])

@@ -1,4 +1,5 @@
-"""The quadruped's observation: a Dict of flat float32 vectors.
+"""The quadruped's observation: a Dict of flat float32 vectors, read for any rows of the robots
+at once (arrays of leading size n, one row per robot).
 
 The robot's own sensors (the actor's keys): base_ang_vel (3, rad/s, body frame),
 projected_gravity (3), command (3: vx, vy m/s and yaw rate rad/s), joint_pos (12, rad, from the
@@ -11,8 +12,7 @@ points around it, m).
 from __future__ import annotations
 
 import numpy as np
-from embodied_ppo_envs.quadruped_robot import STAND, QuadrupedRobot
-from embodied_ppo_envs.randomizer import DomainRandomizer
+from embodied_ppo_envs.quadruped_robot import STAND, QuadrupedRobots
 from gymnasium import spaces
 
 ACTOR_KEYS = (
@@ -46,6 +46,8 @@ SIZES = {
     "motor_strength": 12,
     "height_scan": 4 * SCAN_POINTS,
 }
+_GRID = np.linspace(-0.1, 0.1, 3)
+SCAN_OFFSETS = np.stack(np.meshgrid(_GRID, _GRID, indexing="ij"), -1).reshape(-1, 2)  # (9, 2)
 
 
 def observation_space() -> spaces.Dict:
@@ -53,42 +55,45 @@ def observation_space() -> spaces.Dict:
     return spaces.Dict({k: spaces.Box(-np.inf, np.inf, (n,), np.float32) for k, n in SIZES.items()})
 
 
-class QuadrupedObservations:
-    """Reads the observation of `robot` (noise is the task's to add)."""
+class Episodes:
+    """What the observation reads of the episodes beside the robot: per row, the command (3),
+    the policy's last action (12), and the randomized friction, payload and motor strengths
+    (the episode's draws; 1, 0 and 1 where a term is off)."""
 
-    def __init__(self, robot: QuadrupedRobot, randomizer: DomainRandomizer) -> None:
-        self.robot, self.randomizer = robot, randomizer
-        grid = np.linspace(-0.1, 0.1, 3)
-        self._scan_offsets = np.stack(np.meshgrid(grid, grid, indexing="ij"), -1).reshape(-1, 2)
-        self._scan_xy = np.zeros((4, SCAN_POINTS, 2))
-        self._scan_h = np.zeros((4, SCAN_POINTS))
+    def __init__(self, count: int) -> None:
+        self.command = np.zeros((count, 3))
+        self.action = np.zeros((count, 12))
+        self.friction = np.ones(count)
+        self.added_mass = np.zeros(count)
+        self.strength = np.ones((count, 12))
 
-    def read(self, command: np.ndarray, action: np.ndarray) -> dict[str, np.ndarray]:
-        """The observation now, under `command` (3,) after the policy's last `action` (12,)."""
-        r = self.robot
-        d = r.data
-        f32 = np.float32
-        friction = self.randomizer.value("friction")
-        mass = self.randomizer.value("added_mass")
-        return {
-            "base_ang_vel": d.qvel[3:6].astype(f32),
-            "projected_gravity": r.g.astype(f32),
-            "command": command.astype(f32),
-            "joint_pos": (r.q - STAND).astype(f32),
-            "joint_vel": r.qd.astype(f32),
-            "last_action": action.astype(f32),
-            "base_lin_vel": r.v.astype(f32),
-            "contacts": r.contacts.astype(f32),
-            "friction": np.array([1.0 if friction is None else friction[0]], f32),
-            "added_mass": np.array([0.0 if mass is None else mass[0]], f32),
-            "motor_strength": r.actuator_scales[0].astype(f32),
-            "height_scan": self._height_scan(),
-        }
 
-    def _height_scan(self) -> np.ndarray:
-        r = self.robot
-        feet = r.data.geom_xpos[r.feet]  # (4, 3)
-        np.add(feet[:, None, :2], self._scan_offsets[None], out=self._scan_xy)
-        r.terrain.height_at(self._scan_xy, self._scan_h)
-        scan = (feet[:, 2:3] - r.foot_radius) - self._scan_h
-        return scan.reshape(-1).astype(np.float32)
+def read(
+    robots: QuadrupedRobots, episodes: Episodes, rows: np.ndarray | slice = slice(None)
+) -> dict[str, np.ndarray]:
+    """The observation of `rows` now (noise is the task's to add): each key (n, size)."""
+    f32 = np.float32
+    return {
+        "base_ang_vel": robots.qvel[rows, 3:6].astype(f32),
+        "projected_gravity": robots.g[rows].astype(f32),
+        "command": episodes.command[rows].astype(f32),
+        "joint_pos": (robots.q[rows] - STAND).astype(f32),
+        "joint_vel": robots.qd[rows].astype(f32),
+        "last_action": episodes.action[rows].astype(f32),
+        "base_lin_vel": robots.v[rows].astype(f32),
+        "contacts": robots.contacts[rows].astype(f32),
+        "friction": episodes.friction[rows, None].astype(f32),
+        "added_mass": episodes.added_mass[rows, None].astype(f32),
+        "motor_strength": episodes.strength[rows].astype(f32),
+        "height_scan": height_scan(robots, rows),
+    }
+
+
+def height_scan(robots: QuadrupedRobots, rows: np.ndarray | slice) -> np.ndarray:
+    """Each foot's height above the terrain at the 9 points around it: (n, 36) float32."""
+    feet = robots.feet[rows]  # (n, 4, 3)
+    xy = feet[:, :, None, :2] + SCAN_OFFSETS  # (n, 4, 9, 2)
+    ground = np.empty(xy.shape[:-1])
+    robots.terrain.height_at(xy, ground)
+    scan = (feet[:, :, 2:3] - robots.foot_radius) - ground
+    return scan.reshape(len(feet), -1).astype(np.float32)

@@ -1,5 +1,6 @@
 """The quadruped's reward: legged_gym's terms (`REWARD_TERMS`) weighted and summed each step,
-the episode's running sums, and the episode log that `info["log"]` carries.
+the episodes' running sums, and the episode log that `info["log"]` carries; arrays over the
+robots (one row each).
 
 With `only_positive` a negative sum is clipped to 0 (termination's term is added after). The
 log holds, at every step, the episode's values so far: `rewards/<term>` (sum of the weighted
@@ -9,11 +10,10 @@ term), `metrics/tracking_error_lin` (mean |v_cmd - v| m/s), `metrics/tracking_er
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
-from embodied_ppo_envs.quadruped_robot import STAND, QuadrupedRobot
+from embodied_ppo_envs.quadruped_robot import STAND, QuadrupedRobots
 
 # The pose term's weights per joint: the knees may bend freely, hips and thighs less so.
 POSE_WEIGHTS = np.tile([1.0, 1.0, 0.1], 4)
@@ -37,21 +37,11 @@ REWARD_TERMS = {
     "base_height": -0.0,  # (trunk height above the feet - base_height_target)^2
     "pose": 0.0,  # exp(-sum w (q - stand)^2), w = 1, 1, 0.1 per hip, thigh, knee (Playground)
 }
-
-
-def new_episode(x: float, y: float) -> dict[str, float]:
-    """Running sums of an episode: steps, tracking errors, fall, start point, the distance
-    its commands asked for and the distance its trunk travelled (m, along its path)."""
-    return {
-        "steps": 0,
-        "err_lin": 0.0,
-        "err_yaw": 0.0,
-        "fell": 0.0,
-        "start_x": x,
-        "start_y": y,
-        "commanded": 0.0,
-        "path": 0.0,
-    }
+# The running sums of an episode (columns of `QuadrupedRewards.episode`): steps, tracking
+# errors, fall, start point, the distance its commands asked for and the distance its trunk
+# travelled (m, along its path).
+EPISODE_SUMS = ("steps", "err_lin", "err_yaw", "fell", "start_x", "start_y", "commanded", "path")
+_STEPS, _LIN, _YAW, _FELL, _X, _Y, _COMMANDED, _PATH = range(len(EPISODE_SUMS))
 
 
 @dataclass(frozen=True)
@@ -77,118 +67,112 @@ class RewardSettings:
 
 class QuadrupedRewards:
     """The weighted terms of each step (those of weight 0 are not computed), and the
-    episode's sums: `episode_terms` per weighted term, `episode` (see `new_episode`)."""
+    episodes' sums, one row per robot: `episode_terms` (N, terms), `episode` (N, sums; see
+    `EPISODE_SUMS`), `air_time` (N, 4), `prev_action` (N, 12)."""
 
-    def __init__(self, settings: RewardSettings, dt: float) -> None:
+    def __init__(self, settings: RewardSettings, dt: float, count: int) -> None:
         s = self.settings = settings
         self.dt = dt
         self.terms = [k for k, w in s.weights.items() if w != 0.0]
-        self.weights = np.array([s.weights[k] for k in self.terms])
         self._log_keys = [f"rewards/{t}" for t in self.terms]
-        names = list(REWARD_TERMS)
-        self._term_ids = np.array([names.index(t) for t in self.terms], dtype=np.int64)
-        self._enabled = [name in self.terms for name in names]
-        self._weights_dt = self.weights * dt
+        self._weights_dt = np.array([s.weights[k] for k in self.terms]) * dt
         self._termination_weight = s.weights["termination"] * dt
-        self._tmp = np.zeros(12)
         # Episode state (the task saves it).
-        self.air_time = np.zeros(4)
-        self.episode_terms = np.zeros(len(self.terms))
-        self.prev_action = np.zeros(12)  # the action of the step before
-        self.episode = new_episode(0.0, 0.0)
+        self.air_time = np.zeros((count, 4))
+        self.episode_terms = np.zeros((count, len(self.terms)))
+        self.prev_action = np.zeros((count, 12))  # the action of the step before
+        self.episode = np.zeros((count, len(EPISODE_SUMS)))
 
-    def reset(self, x: float, y: float) -> None:
-        """A new episode starting at (x, y)."""
-        self.air_time[:] = 0.0
-        self.episode_terms[:] = 0.0
-        self.prev_action[:] = 0.0
-        self.episode = new_episode(x, y)
+    def reset(self, row: int, x: float, y: float) -> None:
+        """A new episode of robot `row`, starting at (x, y)."""
+        self.air_time[row] = 0.0
+        self.episode_terms[row] = 0.0
+        self.prev_action[row] = 0.0
+        self.episode[row] = 0.0
+        self.episode[row, _X], self.episode[row, _Y] = x, y
 
     def step(
-        self, robot: QuadrupedRobot, action: np.ndarray, command: np.ndarray
-    ) -> tuple[float, bool]:
-        """The reward of the step that brought `robot` where it is (after `robot.sense()`),
-        for the policy's `action` (12,) under `command` (3,), and whether the robot fell."""
-        s, dt, d = self.settings, self.dt, robot.data
-        vx, vy, vz = robot.v.tolist()
-        wx, wy, wz = d.qvel[3:6].tolist()
-        cx, cy, cyaw = command.tolist()
-        gx, gy, gz = robot.g.tolist()
-        err_lin2 = (cx - vx) ** 2 + (cy - vy) ** 2
-        err_yaw = cyaw - wz
-        moving = cx * cx + cy * cy > 0.01
-        fell = robot.body_contact or -gz < s.fall_cos
+        self, robots: QuadrupedRobots, action: np.ndarray, command: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rewards (N,) of the step that brought the robots where they are (after their
+        `sense()`), for the policy's `action` (N, 12) under `command` (N, 3), and which fell."""
+        s, dt = self.settings, self.dt
+        v, w, g = robots.v, robots.qvel[:, 3:6], robots.g
+        err_xy = command[:, :2] - v[:, :2]
+        err_lin2 = _square_sum(err_xy)
+        err_yaw = command[:, 2] - w[:, 2]
+        moving = _square_sum(command[:, :2]) > 0.01
+        fell = robots.body_contact | (-g[:, 2] < s.fall_cos)
         # Feet air time (legged_gym): reward each touchdown by its air time minus a target.
-        touch = robot.contacts | robot.last_contacts
+        touch = robots.contacts | robots.last_contacts
         first = (self.air_time > 0.0) & touch
         self.air_time += dt
-        air = float(np.dot(self.air_time - s.air_time_target, first)) if moving else 0.0
-        self.air_time *= ~touch
-        on = self._enabled
-        tmp = self._tmp
+        values = {}
+        on = set(self.terms)
         sigma = s.tracking_sigma
-        # Every term in REWARD_TERMS order; those that cost numpy calls only when weighted.
-        values = [
-            math.exp(-err_lin2 / sigma),
-            math.exp(-err_yaw * err_yaw / sigma),
-            vz * vz,
-            wx * wx + wy * wy,
-            gx * gx + gy * gy,
-            float(np.dot(robot.ctrl, robot.ctrl)) if on[5] else 0.0,
-            0.0,
-            0.0,
-            air,
-            robot.leg_contacts,
-            float(fell),
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-        ]
-        if on[6]:  # dof_acc
-            np.subtract(robot.qd, robot.last_qd, out=tmp)
-            values[6] = float(np.dot(tmp, tmp)) / (dt * dt)
-        if on[7]:  # action_rate
-            np.subtract(action, self.prev_action, out=tmp)
-            values[7] = float(np.dot(tmp, tmp))
-        if on[11] and not moving and abs(cyaw) < 0.1:  # stand_still
-            np.subtract(robot.q, STAND, out=tmp)
-            values[11] = float(np.abs(tmp, out=tmp).sum())
-        if on[12]:  # dof_pos_limits
-            below = np.minimum(robot.q - robot.soft_low, 0.0)
-            above = np.maximum(robot.q - robot.soft_high, 0.0)
-            values[12] = float(above.sum() - below.sum())
-        if on[13]:  # base_height, above the feet
-            feet_z = d.geom_xpos[robot.feet, 2].mean() - robot.foot_radius
-            values[13] = (d.qpos[2] - feet_z - s.base_height_target) ** 2
-        if on[14]:  # pose
-            np.subtract(robot.q, STAND, out=tmp)
-            tmp *= tmp
-            values[14] = math.exp(-float(np.dot(tmp, POSE_WEIGHTS)))
-        weighted = np.take(values, self._term_ids) * self._weights_dt
+        values["tracking_lin_vel"] = np.exp(-err_lin2 / sigma)
+        values["tracking_ang_vel"] = np.exp(-err_yaw * err_yaw / sigma)
+        values["lin_vel_z"] = v[:, 2] * v[:, 2]
+        values["ang_vel_xy"] = w[:, 0] * w[:, 0] + w[:, 1] * w[:, 1]
+        values["orientation"] = g[:, 0] * g[:, 0] + g[:, 1] * g[:, 1]
+        if "torques" in on:
+            values["torques"] = _square_sum(robots.torque)
+        if "dof_acc" in on:
+            values["dof_acc"] = _square_sum(robots.qd - robots.last_qd) / (dt * dt)
+        if "action_rate" in on:
+            values["action_rate"] = _square_sum(action - self.prev_action)
+        air = ((self.air_time - s.air_time_target) * first).sum(axis=1)
+        values["feet_air_time"] = np.where(moving, air, 0.0)
+        self.air_time *= ~touch
+        values["collision"] = robots.leg_contacts.astype(np.float64)
+        values["termination"] = fell.astype(np.float64)
+        if "stand_still" in on:
+            still = ~moving & (np.abs(command[:, 2]) < 0.1)
+            values["stand_still"] = np.where(still, np.abs(robots.q - STAND).sum(axis=1), 0.0)
+        if "dof_pos_limits" in on:
+            below = np.minimum(robots.q - robots.soft_low, 0.0)
+            above = np.maximum(robots.q - robots.soft_high, 0.0)
+            values["dof_pos_limits"] = above.sum(axis=1) - below.sum(axis=1)
+        if "base_height" in on:
+            feet_z = robots.feet[:, :, 2].mean(axis=1) - robots.foot_radius
+            values["base_height"] = (robots.qpos[:, 2] - feet_z - s.base_height_target) ** 2
+        if "pose" in on:
+            offset = robots.q - STAND
+            values["pose"] = np.exp(-(offset * offset * POSE_WEIGHTS).sum(axis=1))
+        weighted = np.stack([values[t] for t in self.terms], axis=1) * self._weights_dt
         self.prev_action[:] = action
         self.episode_terms += weighted
-        total = float(weighted.sum())
+        total = weighted.sum(axis=1)
         if s.only_positive:
-            term = float(fell) * self._termination_weight
-            total = max(total - term, 0.0) + term
+            term = fell * self._termination_weight
+            total = np.maximum(total - term, 0.0) + term
         ep = self.episode
-        ep["steps"] += 1
-        ep["err_lin"] += math.sqrt(err_lin2)
-        ep["err_yaw"] += abs(err_yaw)
-        ep["fell"] = float(fell)
-        ep["commanded"] += math.sqrt(cx * cx + cy * cy) * dt
-        ep["path"] += math.sqrt(vx * vx + vy * vy) * dt
+        ep[:, _STEPS] += 1
+        ep[:, _LIN] += np.sqrt(err_lin2)
+        ep[:, _YAW] += np.abs(err_yaw)
+        ep[:, _FELL] = fell
+        ep[:, _COMMANDED] += np.sqrt(_square_sum(command[:, :2])) * dt
+        ep[:, _PATH] += np.sqrt(_square_sum(v[:, :2])) * dt
         return total, fell
 
-    def log(self, level: int | None) -> dict[str, float]:
-        """The episode's values so far (`level`: the terrain level, None on flat ground)."""
-        ep = self.episode
-        steps = max(1, ep["steps"])
-        log = dict(zip(self._log_keys, self.episode_terms.tolist()))
-        log["metrics/tracking_error_lin"] = ep["err_lin"] / steps
-        log["metrics/tracking_error_yaw"] = ep["err_yaw"] / steps
-        log["metrics/fall_rate"] = ep["fell"]
+    def summary(self, row: int) -> dict[str, float]:
+        """Robot `row`'s episode sums by name (`EPISODE_SUMS`)."""
+        return dict(zip(EPISODE_SUMS, self.episode[row].tolist()))
+
+    def log(self, row: int, level: int | None) -> dict[str, float]:
+        """Robot `row`'s episode so far (`level`: its terrain level, None on flat ground)."""
+        ep = self.episode[row]
+        steps = max(1.0, ep[_STEPS])
+        log = dict(zip(self._log_keys, self.episode_terms[row].tolist()))
+        log["metrics/tracking_error_lin"] = float(ep[_LIN] / steps)
+        log["metrics/tracking_error_yaw"] = float(ep[_YAW] / steps)
+        log["metrics/fall_rate"] = float(ep[_FELL])
         if level is not None:
             log["metrics/terrain_level"] = float(level)
         return log
+
+
+def _square_sum(x: np.ndarray) -> np.ndarray:
+    """Each row's sum of squares: (n, k) -> (n,), the same whatever n (a row's sum does not
+    depend on the other rows: numpy sums each row of a reduction over the last axis alone)."""
+    return (x * x).sum(axis=1)

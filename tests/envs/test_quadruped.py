@@ -94,26 +94,30 @@ def test_seeding_repeats_every_draw_with_everything_randomized(env_id):
     assert not same(first[0], third[0])
 
 
-def test_pd_loop_gives_the_clipped_scaled_torque_of_the_last_physics_step():
-    env = gym.make(FLAT, randomization={"motor_strength": [0.8, 1.2], "kp_scale": [0.5, 2.0]})
+def test_the_actuators_torque_is_the_clipped_scaled_pd_law_of_the_last_physics_step():
+    env = gym.make(
+        FLAT,
+        randomization={"motor_strength": [0.8, 1.2], "kp_scale": [0.5, 2.0], "kd_scale": [0.5, 2]},
+    )
     inner = env.unwrapped
     env.reset(seed=1)
     action = np.linspace(-4, 4, 12).astype(np.float32)
-    # Replay the policy step's physics by hand from the saved state.
+    # The state the last physics step of the policy step starts from: replayed by hand.
     state = inner.state_dict()
     env.step(action)
-    ctrl = inner.data.ctrl.copy()
+    torque = inner.data.actuator_force.copy()
     inner.load_state_dict(state)
     d, m = inner.data, inner.model
-    strength, kp, kd = inner.actuator_scales
+    d.ctrl[:] = STAND + ACTION_SCALE * action.astype(np.float64)
+    mujoco.mj_step(m, d, 3)
+    strength, kp, kd = inner.randomizer.actuation.scales
     target = STAND + ACTION_SCALE * action.astype(np.float64)
-    for _ in range(4):
-        tau = KP * kp * (target - d.qpos[7:]) - KD * kd * d.qvel[6:]
-        d.ctrl[:] = strength * np.clip(tau, -TORQUE_LIMIT, TORQUE_LIMIT)
-        mujoco.mj_step(m, d)
-    np.testing.assert_allclose(ctrl, d.ctrl, rtol=0, atol=1e-12)
-    assert np.all(np.abs(ctrl) <= TORQUE_LIMIT * strength + 1e-9)
-    assert np.any(np.abs(ctrl) > 0.99 * TORQUE_LIMIT * strength)  # large actions saturate
+    tau = KP * kp * (target - d.qpos[7:]) - KD * kd * d.qvel[6:]
+    law = strength * np.clip(tau, -TORQUE_LIMIT, TORQUE_LIMIT)
+    np.testing.assert_allclose(torque, law, rtol=1e-12, atol=1e-9)
+    assert np.all(np.abs(torque) <= TORQUE_LIMIT * strength + 1e-9)
+    assert np.any(np.abs(torque) > 0.99 * TORQUE_LIMIT * strength)  # large actions saturate
+    assert np.any(np.abs(torque) < 0.9 * TORQUE_LIMIT * strength)  # and some do not
 
 
 def test_a_fall_terminates_and_the_time_limit_truncates():
@@ -200,16 +204,16 @@ def test_the_command_curriculum_starts_narrow_and_widens_after_good_episodes():
     env = gym.make(FLAT, commands={"curriculum": {"initial": 0.2, "step": 0.4, "max_error": 10}})
     inner = env.unwrapped
     env.reset(seed=0)
-    assert inner.commands.level == pytest.approx(0.2)
-    assert np.abs(inner.commands.command[0]) <= 0.2 + 1e-9
+    assert inner.commands.level[0] == pytest.approx(0.2)
+    assert np.abs(inner.commands.command[0, 0]) <= 0.2 + 1e-9
     env.step(np.zeros(12, np.float32))
     env.reset()  # an episode without a fall and within the error: wider
-    assert inner.commands.level == pytest.approx(0.6)
+    assert inner.commands.level[0] == pytest.approx(0.6)
     env.reset()
     env.reset()
-    assert inner.commands.level == pytest.approx(1.0)  # never beyond the configured ranges
+    assert inner.commands.level[0] == pytest.approx(1.0)  # never beyond the configured ranges
     env.reset(seed=0)
-    assert inner.commands.level == pytest.approx(0.2)  # a seeded reset starts again
+    assert inner.commands.level[0] == pytest.approx(0.2)  # a seeded reset starts again
 
 
 def test_rough_terrain_levels_follow_the_walked_distance():

@@ -131,7 +131,7 @@ def test_com_offset_moves_only_the_trunks_centre_of_mass():
     assert abs(offset[0]) <= 0.05 and offset[1] == 0.0 and 0.01 <= offset[2] <= 0.02
 
 
-def test_motor_strength_and_gains_scale_the_pd_loop_not_the_model():
+def test_motor_strength_and_gains_scale_the_actuators_and_nothing_else():
     env = gym.make(
         FLAT,
         randomization={"motor_strength": [0.8, 1.2], "kp_scale": [0.5, 0.6], "kd_scale": [2, 3]},
@@ -139,11 +139,25 @@ def test_motor_strength_and_gains_scale_the_pd_loop_not_the_model():
     inner = env.unwrapped
     nominal = model_arrays(inner.model)
     obs, _ = env.reset(seed=0)
-    assert not changed(nominal, model_arrays(inner.model))
-    strength, kp, kd = inner.actuator_scales
+    after = model_arrays(inner.model)
+    assert changed(nominal, after) == {
+        "actuator_gainprm",
+        "actuator_biasprm",
+        "actuator_forcerange",
+    }
+    strength, kp, kd = inner.randomizer.actuation.scales
     assert np.all((strength >= 0.8) & (strength <= 1.2)) and np.ptp(strength) > 0
     assert np.all(kp == kp[0]) and 0.5 <= kp[0] <= 0.6 and 2 <= kd[0] <= 3
     np.testing.assert_allclose(obs["motor_strength"], strength, rtol=1e-6)
+    # The controllers' gains and limits: each motor's nominal ones times its scales.
+    gain = nominal["actuator_gainprm"][:, 0]
+    np.testing.assert_allclose(after["actuator_gainprm"][:, 0], gain * kp * strength)
+    np.testing.assert_allclose(after["actuator_biasprm"][:, 1], -gain * kp * strength)
+    damping = -nominal["actuator_biasprm"][:, 2]
+    np.testing.assert_allclose(after["actuator_biasprm"][:, 2], -damping * kd * strength)
+    np.testing.assert_allclose(
+        after["actuator_forcerange"], nominal["actuator_forcerange"] * strength[:, None]
+    )
 
 
 def test_position_actuators_get_scaled_gains_bias_and_force_range():
@@ -278,7 +292,7 @@ def test_the_quadruped_targets_follow_the_action_of_k_steps_before(k):
         env.step(action)
         applied = actions[t - k] if t >= k else np.zeros(12)
         expected = STAND + ACTION_SCALE * applied.astype(np.float64)
-        np.testing.assert_allclose(inner.robot.target, expected)
+        np.testing.assert_allclose(inner.data.ctrl, expected)  # the actuators' targets
         np.testing.assert_array_equal(inner.action, action)  # the policy still sees its own
 
 
@@ -287,7 +301,7 @@ def test_delays_are_drawn_per_episode_from_the_range():
     seen = set()
     env.reset(seed=0)
     for _ in range(40):
-        seen.add(env.unwrapped.delay.k)
+        seen.add(int(env.unwrapped.delay.k[0]))
         env.reset()
     assert seen == {0, 1, 2, 3}
 
