@@ -56,6 +56,7 @@ MORE: dict[str, str] = {
     "env.backend": "environments.md#vector-env-backends",
     "env.processes": "environments.md#vector-env-backends",
     "env.threads": "environments.md#vector-env-backends",
+    "env.batched": "environments.md#vector-env-backends",
     "env.kwargs": "environments.md#task-arguments-envkwargs",
     "env.imports": "environments.md#register-your-env",
     "env.wrappers": "environments.md#wrappers",

@@ -21,6 +21,7 @@ RESUMABLE_KEYS = frozenset(
         "trainer.compile",
         "env.threads",
         "env.processes",
+        "env.batched",
         "trainer.eval_interval",
         "trainer.eval_episodes",
         "trainer.video_interval",

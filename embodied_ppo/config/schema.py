@@ -50,6 +50,12 @@ class EnvConfig:
     )
     processes: int = _key(1, "sync backend: processes stepping the envs, this one included")
     threads: int = _key(1, "sync backend: threads stepping each process's envs")
+    batched: bool = _key(
+        True,
+        "sync backend: step the task's own vector env (its Gymnasium vector_entry_point, e.g. "
+        "the quadruped's) over each process's envs, where it has one and no env.wrappers are "
+        "given; false: one env object per env",
+    )
     kwargs: dict = _key(
         dict,
         "keyword arguments of `gymnasium.make` (the task's own options); backend mjlab: fields "

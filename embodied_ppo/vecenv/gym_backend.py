@@ -1,5 +1,5 @@
 """The Gymnasium backends: `sync` (a lean serial vector env, optionally threaded or split over
-processes) and `async`.
+processes, or the task's own vector env: `task_vector`) and `async`.
 
 `GymnasiumVecEnv` wraps either in SAME_STEP autoreset mode and hands the collector plain numpy
 arrays: observations, rewards, terminated/truncated flags, the final observation of every episode
@@ -35,6 +35,7 @@ from embodied_ppo.vecenv.seeding import env_seeds
 from embodied_ppo.vecenv.serial import SerialVectorEnv
 from embodied_ppo.vecenv.spaces import Obs, describe_spaces, finite_rows, obs_cast
 from embodied_ppo.vecenv.state import EnvFailure, TrackedEnv, from_checkpoint, to_checkpoint
+from embodied_ppo.vecenv.task_vector import TaskVectorGroup, vector_entry
 from embodied_ppo.vecenv.vector_factory import make_vector, makes_vector
 from embodied_ppo.vecenv.workers import ProcessVectorEnv, WorkerDied, worker_context
 
@@ -134,7 +135,13 @@ class GymnasiumVecEnv:
                 fns, context=worker_context().get_start_method(), **mode
             )
         elif cfg.processes > 1:
-            self.env = ProcessVectorEnv(fns, cfg.processes, cfg.threads)  # type: ignore[assignment]
+            # Each process's group of envs: the task's own vector env where it has one.
+            group = functools.partial(TaskVectorGroup, cfg) if vector_entry(cfg) else None
+            self.env = ProcessVectorEnv(  # type: ignore[assignment]
+                fns, cfg.processes, cfg.threads, group=group
+            )
+        elif vector_entry(cfg) is not None:
+            self.env = TaskVectorGroup(cfg, range(cfg.num_envs), cfg.threads)  # type: ignore[assignment]
         else:
             self.env = SerialVectorEnv(fns, cfg.threads)  # type: ignore[assignment]
         self.info = describe_spaces(self.env.single_observation_space, self.env.single_action_space)

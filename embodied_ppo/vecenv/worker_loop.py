@@ -9,7 +9,7 @@ import pickle
 import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import cloudpickle
 import gymnasium as gym
@@ -62,17 +62,22 @@ def serve(
     *,
     control_raw: ctypes.Array | None = None,
     spin: float = SPIN_SECONDS,
+    group: Portable[Callable[..., Any]] | None = None,
 ) -> None:
     """A worker process's life: build its group of members, then serve commands until
     'close' or until the main process goes away (its pipe closes). With a control block
     (`control_raw`), steps come by doorbell (the worker spins `spin` seconds after each before
-    it polls) and every other command by pipe."""
+    it polls) and every other command by pipe. With `group`, the members are the group it
+    makes, group(rows, threads, out) (a task's own vector env), instead of `env_fns`'."""
     # Stopping is the main process's decision: it finishes the iteration (stepping this
     # worker), saves, and closes it. Ctrl-C and SIGTERM reach the whole process group.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        venv = SerialVectorEnv(env_fns.value, threads, out=shared.views(rows))
+        if group is not None:
+            venv = group.value(rows, threads, shared.views(rows))
+        else:
+            venv = SerialVectorEnv(env_fns.value, threads, out=shared.views(rows))
     except BaseException as exc:
         with contextlib.suppress(OSError):
             conn.send(("error", _picklable(exc)))

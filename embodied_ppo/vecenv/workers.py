@@ -107,6 +107,9 @@ class ProcessVectorEnv:
         doorbell: steps by doorbell (True) or by pipe (False); None: doorbells where they may
             spin (`can_spin`) and the action space has a fixed layout (Box, Discrete).
         worker_spin: how long a worker spins on its doorbell after each step before it polls.
+        group: makes each process's group instead of a `SerialVectorEnv` of `env_fns`:
+            group(rows, threads, out) (the task's own vector env, `task_vector`); `env_fns[0]`
+            then only tells the spaces.
     """
 
     def __init__(
@@ -117,6 +120,8 @@ class ProcessVectorEnv:
         context: str | None = None,
         doorbell: bool | None = None,
         worker_spin: float = SPIN_SECONDS,
+        *,
+        group: Callable[..., Any] | None = None,
     ) -> None:
         self.num_envs = len(env_fns)
         self.groups = group_bounds(self.num_envs, processes)
@@ -154,7 +159,11 @@ class ProcessVectorEnv:
                 process = ctx.Process(
                     target=serve,
                     args=(child, Portable([env_fns[i] for i in rows]), rows, threads, self._shared),
-                    kwargs={"control_raw": control, "spin": worker_spin},
+                    kwargs={
+                        "control_raw": control,
+                        "spin": worker_spin,
+                        "group": None if group is None else Portable(group),
+                    },
                     name=f"embodied-ppo-envs-{rows.start}-{rows.stop - 1}",
                     daemon=True,
                 )
@@ -163,10 +172,14 @@ class ProcessVectorEnv:
                 self.processes.append(process)
                 self._conns.append(parent)
             own = self.groups[0]
-            members = [first] + [env_fns[i]() for i in own[1:]]
-            self.local = SerialVectorEnv(
-                [lambda env=env: env for env in members], threads, out=self._shared.views(own)
-            )
+            if group is not None:
+                first.close()  # it told the spaces
+                self.local = group(own, threads, self._shared.views(own))
+            else:
+                members = [first] + [env_fns[i]() for i in own[1:]]
+                self.local = SerialVectorEnv(
+                    [lambda env=env: env for env in members], threads, out=self._shared.views(own)
+                )
             self._gather(["ready"] * len(self._conns))  # every worker built its members
         except BaseException:
             self.close(terminate=True)
