@@ -3,6 +3,7 @@ penalty, recomputed log-probs, and advantages refreshed between epochs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -110,7 +111,11 @@ def prepare_batch(
 
 
 def refresh_advantages(
-    buf: Rollout, policy: ActorCritic, algo: AlgorithmConfig, reduce: Reduce | None
+    buf: Rollout,
+    policy: ActorCritic,
+    algo: AlgorithmConfig,
+    reduce: Reduce | None,
+    scale: Callable[[Tensor], Tensor] | None = None,
 ) -> None:
     """`algorithm.recompute_advantages`: the rollout's values under the critic as it is now,
     and GAE advantages and returns from them, written into the buffer (and so into the update's
@@ -119,18 +124,25 @@ def refresh_advantages(
     Every bootstrap is valued again too: V(s_T) from the observation after the last step and
     V(final_obs) of each truncation, both kept by the collector. The rewards are the rollout's
     own (scaled, and KL-penalized where that applies). The stored values change with them, so
-    value clipping is measured from the values the epoch starts with.
+    value clipping is measured from the values the epoch starts with. `scale` turns the
+    critic's outputs into values where they are not (`algorithm.normalize_value`).
     """
     assert buf.last_obs is not None, "the collector did not keep the bootstrap observations"
     T, N = buf.num_steps, buf.num_envs
     obs = buf.flat("obs")["obs"]
+
+    def value(o: ObsTensor) -> Tensor:
+        """V(o), in the reward's units."""
+        v = policy.value(o)
+        return v if scale is None else scale(v)
+
     with torch.no_grad():
         values = [
-            policy.value(map_obs(lambda x, i=i: x[i : i + VALUE_ROWS], obs))
+            value(map_obs(lambda x, i=i: x[i : i + VALUE_ROWS], obs))
             for i in range(0, T * N, VALUE_ROWS)
         ]
         buf.values.copy_(torch.cat(values).reshape(T, N))
         for t, rows, final in buf.final_obs:
-            buf.final_values[t, rows] = policy.value(final)
-        buf.finalize_next_values(policy.value(buf.last_obs))
+            buf.final_values[t, rows] = value(final)
+        buf.finalize_next_values(value(buf.last_obs))
     advantages_into(buf, algo, reduce)

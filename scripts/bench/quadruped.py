@@ -1,10 +1,25 @@
-"""Quadruped runs into records and curves: `record` collects runs of the legged configs into one
-JSON for docs/bench, `curve` draws their learning curves.
+"""Quadruped runs into records and curves: `targets` trains seeds of a legged config and times
+them to the targets, `record` collects runs of the legged configs into one JSON for docs/bench,
+`curve` draws their learning curves.
 
+    python -m scripts.bench.quadruped targets --config configs/quadruped_flat.yaml \\
+        --seeds 100 101 102 103 104 --runs runs/targets_flat
     python -m scripts.bench.quadruped record --out docs/bench/quadruped_flat.json \\
         --run seed0=runs/flat_s0 --run seed1=runs/flat_s1 \\
         --eval seed0:main=runs/flat_s0/eval.json --note "..."
     python -m scripts.bench.quadruped curve runs/quadruped_flat --out docs/images/quadruped_curve.png
+
+`targets` (scripts/bench/lib/legged.py, report/legged.py): one seed after another, each run
+alone as a user runs it (`embodied-ppo train CONFIG trainer.seed=S`, the config as committed,
+`--set` run settings aside), watched while it trains: its time to target, in env steps and in
+wall seconds from the command (start-up and compilation included), is its first periodic
+evaluation from which every evaluation meets the targets (flat: <= 0.15 m/s, <= 0.2 rad/s, no
+falls). Then `embodied-ppo eval RUN --episodes 20 --seed 1000` with the robustness sweep of
+docs/legged.md (rough ground: from terrain levels 4 and 9). The record
+(docs/bench/quadruped_<flat|rough>_targets.json) holds each seed's time to target, its
+evaluations, its final evaluation and sweep, the IQM over seeds and the provenance; the block
+of docs/legged.md between its markers is written from it (`targets --page-only` writes the
+block again from the record alone).
 
 `record` keeps, per run: its config overrides, wall time, steps, its learning curve (training
 and periodic-evaluation metrics, every `--every`-th iteration and every iteration with a
@@ -29,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench.lib import args as cli_args
-from scripts.bench.lib import records
-from scripts.bench.lib.runs import stitched
+from scripts.bench.lib import legged, proc, records
+from scripts.bench.lib.runs import run_settings, stitched
+from scripts.bench.report import legged as legged_page
 
 MODULE = "scripts.bench.quadruped"
 KEYS = (
@@ -157,10 +173,91 @@ def draw(args) -> None:
     print(f"wrote {args.out}")
 
 
+def train_to_targets(args, seed: int, run: Path) -> dict[str, Any]:
+    """Train one seed alone, watched; its time to target, final evaluation and curve."""
+    config = yaml_config(args.config)
+    rough = "Rough" in config["env"]["id"]
+    cmd = [sys.executable, "-m", "embodied_ppo", "train", str(Path(args.config).resolve()),
+           f"trainer.seed={seed}", f"trainer.run_dir={run.resolve()}", *args.set]  # fmt: skip
+    arrivals = legged.watch(cmd, run, proc.ROOT)
+    rows = legged.read_rows(run)
+    reached = legged.time_to_target(rows, arrivals, legged.ROUGH if rough else legged.FLAT)
+    sweeps = [legged.ROUGH_LEVELS] if rough else list(legged.SWEEP)
+    proc.cli(["eval", str(run), "--episodes", str(args.episodes), "--seed", str(args.eval_seed),
+              *[x for sweep in sweeps for x in ("--sweep", sweep)]])  # fmt: skip
+    final = json.loads((run / "eval.json").read_text())
+    final.pop("episode_logs", None)
+    points, summary = curve(run, args.every)
+    wall = arrivals[-1] if arrivals else None
+    return {"seed": seed, "run_dir": str(run), **summary, "command_wall_s": wall,
+            "target": reached, "final": final, "curve": points}  # fmt: skip
+
+
+def _relative(path: Path) -> str:
+    """`path` from the repository's root where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(proc.ROOT))
+    except ValueError:
+        return str(path)
+
+
+def yaml_config(path: str) -> dict:
+    """A config file's mapping."""
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())
+
+
+def targets(args, argv: list[str]) -> None:
+    """Train the seeds one after another, evaluate them, write the record and the page block."""
+    out = args.out or records.BENCH / f"quadruped_{args.kind}_targets.json"
+    if args.page_only:
+        if not out.is_file():
+            raise cli_args.BadInput(f"--page-only: no record {out} to write the page from")
+        legged_page.write_block(args.page, args.kind, json.loads(out.read_text()))
+        return
+    results = records.read_results(out, name=MODULE)  # refused before a run if not ours
+    runs_dir = Path(args.runs)
+    for seed in args.seeds:  # before anything trains
+        if (runs_dir / f"seed{seed}").exists():
+            raise cli_args.BadInput(
+                f"{runs_dir / f'seed{seed}'} exists: give --runs a folder of no earlier runs"
+            )
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    seeds = {}
+    for seed in args.seeds:
+        run = runs_dir / f"seed{seed}"
+        seeds[str(seed)] = train_to_targets(args, seed, run)
+        print(legged_page.seed_line(seeds[str(seed)]), flush=True)
+    results = {
+        "config": args.config, "kind": args.kind, "settings": list(args.set),
+        "episodes": args.episodes, "eval_seed": args.eval_seed, "seeds": seeds,
+        "summary": legged_page.summarize(seeds, args.kind), "record": _relative(out),
+        "provenance": records.provenance(MODULE, argv),
+    }  # fmt: skip
+    records.write_results(out, results)
+    print("\n".join(legged_page.summary_lines(results)))
+    print(f"wrote {out}")
+    legged_page.write_block(args.page, args.kind, results)
+
+
 def build_parser() -> cli_args.Parser:
-    """The command line: its two subcommands."""
+    """The command line: its three subcommands."""
     p = cli_args.parser(MODULE, __doc__)
     sub = p.add_subparsers(dest="command", required=True, parser_class=cli_args.Parser)
+    tgt = sub.add_parser("targets", help="train seeds, time them to the targets, evaluate")
+    tgt.add_argument("--config", default="configs/quadruped_flat.yaml")
+    tgt.add_argument("--seeds", type=int, nargs="+", default=[100, 101, 102, 103, 104])
+    tgt.add_argument("--runs", default="runs/targets", help="a folder for the runs")
+    tgt.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="run settings of every run (scripts/bench/lib/runs.py)")  # fmt: skip
+    tgt.add_argument("--episodes", type=int, default=20, help="final evaluation's episodes")
+    tgt.add_argument("--eval-seed", type=int, default=1000)
+    tgt.add_argument("--every", type=int, default=20, help="keep every n-th curve row")
+    tgt.add_argument("--out", type=Path, default=None,
+                     help="the record (default docs/bench/quadruped_<flat|rough>_targets.json)")  # fmt: skip
+    tgt.add_argument("--page", type=Path, default=proc.ROOT / "docs" / "legged.md")
+    tgt.add_argument("--page-only", action="store_true", help="write the page from the record")
     rec = sub.add_parser("record", help="collect runs into one JSON record")
     rec.add_argument("--out", required=True)
     rec.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR")
@@ -179,7 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
 
     def body(args) -> None:
-        if args.command == "record":
+        if args.command == "targets":
+            if args.episodes < 1 or args.every < 1:
+                raise cli_args.BadInput("--episodes and --every must be at least 1")
+            run_settings(args.set)
+            if not Path(args.config).is_file():
+                raise cli_args.BadInput(f"--config {args.config}: no such file")
+            env_id = yaml_config(args.config).get("env", {}).get("id", "")
+            if "Quadruped" not in str(env_id):
+                raise cli_args.BadInput(f"--config {args.config}: not a quadruped config")
+            args.kind = "rough" if "Rough" in env_id else "flat"
+            targets(args, argv)
+        elif args.command == "record":
             if not args.run:
                 raise cli_args.BadInput("record: at least one --run NAME=RUN_DIR")
             if args.every < 1:

@@ -85,10 +85,20 @@ CATALOG: tuple[Entry, ...] = (
     ),
     Entry(
         "scripts.bench.quadruped",
-        "python -m scripts.bench.quadruped record --out docs/bench/quadruped_flat.json "
-        "--run seed0=runs/quadruped_flat",
-        "docs/bench/quadruped_flat.json (`curve RUN ... --out PNG`: the curves)",
-        "seconds (it reads finished runs; their training: docs/legged.md)",
+        "python -m scripts.bench.quadruped targets --config configs/quadruped_flat.yaml "
+        "--seeds 100 101 102 103 104 --runs runs/targets_flat",
+        "docs/bench/quadruped_flat_targets.json and its block of docs/legged.md (`record` and "
+        "`curve` collect and draw finished runs)",
+        "per seed: its training (the config's total_steps) and 160 evaluation episodes of 20 s "
+        "(the final policy and its sweep)",
+    ),
+    Entry(
+        "scripts.bench.quadruped_speed",
+        "python -m scripts.bench.quadruped_speed --version before=/tmp/before --version after=. "
+        "--steps 300000",
+        "docs/bench/quadruped_speed.json",
+        "about 5 min a version (estimated: the physics worker, one 300k-step training alone and "
+        "two side by side)",
     ),
     Entry(
         "scripts.bench.headlines",
