@@ -68,6 +68,7 @@ MORE: dict[str, str] = {
     "model.cnn_channels": "environments.md#dict-observations-and-cameras",
     "model.cnn_head": "environments.md#dict-observations-and-cameras",
     "model.recurrent": "recurrent.md",
+    "model.history_length": "recurrent.md#an-observation-history",
     "model.init_from": "algorithm.md#the-reference-policy-and-fine-tuning",
     "algorithm.group_size": "algorithm.md#critic-free-estimators",
     "algorithm.adv_type": "algorithm.md#critic-free-estimators",

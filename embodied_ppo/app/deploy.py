@@ -178,9 +178,14 @@ def build_actor_critic(state: CheckpointState, where: str) -> ActorCritic:
 
 
 def policy_metadata(
-    spec: PolicySpec, source: str | None = None, global_step: int | None = None
+    spec: PolicySpec,
+    source: str | None = None,
+    global_step: int | None = None,
+    state_size: int | None = None,
 ) -> JSONDict:
-    """Shapes, dtypes and bounds of the inference policy's input and output (JSON-safe)."""
+    """Shapes, dtypes and bounds of the inference policy's input and output (JSON-safe);
+    `state_size`: a recurrent actor's state size (an observation history's depends on its
+    encoders)."""
     action: JSONDict = {
         "kind": spec.action_kind,
         "shape": [spec.action_dim] if spec.is_gaussian else [],
@@ -210,15 +215,17 @@ def policy_metadata(
         "source_checkpoint": source,
         "global_step": global_step,
     }
-    if spec.recurrent is not None:
-        r = spec.recurrent
+    r = spec.recurrent
+    if r is not None:
         parts = 2 if r.kind == "lstm" else 1
-        meta["recurrent"] = {
-            "kind": r.kind,
-            "layers": r.layers,
-            "size": r.size,
-            # The actor's state only: per layer [h, c] (LSTM) or h (GRU), flattened.
-            "state_shape": [r.layers * parts * r.size],
+        # The actor's state only: per layer [h, c] (LSTM) or h (GRU), flattened; a history's:
+        # the inputs of the steps before this one, oldest first.
+        shape = [state_size or r.layers * parts * r.size]
+        core: JSONDict = {"kind": r.kind, "layers": r.layers, "size": r.size}
+        if r.kind == "history":
+            core = {"kind": r.kind, "length": r.size}
+        meta["recurrent"] = core | {
+            "state_shape": shape,
             "initial_state": "zeros, at every episode start",
         }
     return meta
@@ -232,7 +239,8 @@ def policy_from_state(
 ) -> Policy:
     """Build the inference :class:`Policy` from a loaded checkpoint dict."""
     policy = build_actor_critic(state, source)
-    meta = policy_metadata(policy.spec, source, _int_or_none(state.get("global_step")))
+    step = _int_or_none(state.get("global_step"))
+    meta = policy_metadata(policy.spec, source, step, policy.actor_state_size)
     return Policy(inference_net(policy), meta, check_finite).to(device)
 
 

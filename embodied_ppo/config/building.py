@@ -14,7 +14,7 @@ import yaml
 
 from embodied_ppo.config.checks import check_config
 from embodied_ppo.config.intervals import fill_interval_units
-from embodied_ppo.config.schema import Config
+from embodied_ppo.config.schema import Config, ModelConfig
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.core.types import ConfigDict, ConfigValue
 
@@ -175,6 +175,9 @@ def upgrade(data: ConfigDict) -> ConfigDict:
         block, name = key.split(".")
         if isinstance(out.get(block), dict):
             out[block].pop(name, None)
+    # Saved before the observation history existed.
+    if isinstance(out.get("model"), dict):
+        out["model"].setdefault("history_length", ModelConfig().history_length)
     algo = out.get("algorithm")
     if isinstance(algo, dict) and "minibatch_scope" not in algo:
         # Saved before the key existed, when a process's minibatch was minibatch_size of its

@@ -6,7 +6,7 @@ import re
 
 from embodied_ppo.config.algorithm_checks import check_algorithm, check_batches, check_estimator
 from embodied_ppo.config.intervals import check_intervals
-from embodied_ppo.config.schema import Config
+from embodied_ppo.config.schema import Config, ModelConfig
 from embodied_ppo.core.errors import require
 from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
 from embodied_ppo.core.system import launched_world_size
@@ -135,6 +135,26 @@ def _check_model(cfg: Config) -> None:
         f"model.log_std_init: got {m.log_std_init}, expected a number in "
         f"[{LOG_STD_MIN:g}, {LOG_STD_MAX:g}]",
     )
+    _check_history(cfg)
+
+
+def _check_history(cfg: Config) -> None:
+    """model.recurrent: history reads history_length and no recurrent size or layers."""
+    m, default = cfg.model, ModelConfig()
+    if m.recurrent != "history":
+        return
+    require(
+        m.history_length >= 2,
+        f"model.history_length: got {m.history_length}, expected an integer >= 2 (1 is no "
+        "history: use model.recurrent: null)",
+    )
+    for name in ("recurrent_size", "recurrent_layers"):
+        require(
+            getattr(m, name) == getattr(default, name),
+            f"model.{name}: got {getattr(m, name)} with model.recurrent history, which has no "
+            f"units or layers; leave it at {getattr(default, name)} (model.history_length sets "
+            "how many steps it reads)",
+        )
 
 
 def _check_optim(cfg: Config) -> None:

@@ -129,11 +129,18 @@ class ModelConfig:
         "flatten", "last map to a vector: flattened, or keypoints by a spatial softmax"
     )
     cnn_features: int = _key(128, "features each image key contributes")
-    recurrent: Literal["lstm", "gru"] | None = _key(
-        None, "recurrent core between encoders and MLP: lstm, gru or null (none)"
+    recurrent: Literal["lstm", "gru", "history"] | None = _key(
+        None,
+        "recurrent core between encoders and MLP: lstm, gru, history (the last "
+        "history_length inputs side by side) or null (none)",
     )
-    recurrent_size: int = _key(128, "units of each recurrent layer")
-    recurrent_layers: int = _key(1, "stacked recurrent layers")
+    recurrent_size: int = _key(128, "lstm, gru: units of each recurrent layer")
+    recurrent_layers: int = _key(1, "lstm, gru: stacked recurrent layers")
+    history_length: int = _key(
+        4,
+        "history: the steps whose inputs the MLP reads side by side, this one and those before "
+        "it (zeros before an episode's first step)",
+    )
 
 
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")

@@ -15,9 +15,9 @@ from embodied_ppo.core.limits import LOG_STD_MAX, LOG_STD_MIN
 from embodied_ppo.core.types import JSONValue
 from embodied_ppo.model.distributions import Categorical, DiagGaussian, Distribution
 from embodied_ppo.model.encoders import DictEncoder
+from embodied_ppo.model.history import make_core
 from embodied_ppo.model.networks import init_linear, mlp
 from embodied_ppo.model.normalizer import ObsNormalizer
-from embodied_ppo.model.recurrent import RecurrentCore
 from embodied_ppo.model.spec import PolicySpec
 
 Obs = torch.Tensor | dict[str, torch.Tensor]
@@ -78,15 +78,17 @@ class ActorCritic(nn.Module):
             )
             actor_in = critic_in = obs_dim
         # An optional recurrent core between the inputs and the MLP (the actor's, and a separate
-        # critic's own); its state is one flat tensor per env: [actor | critic].
+        # critic's own: an LSTM, a GRU or an observation history); its state is one flat tensor
+        # per env: [actor | critic].
         r = spec.recurrent
         self.recurrent = None if r is None else r.kind
         self.actor_rnn = self.critic_rnn = None
         if r is not None:
-            self.actor_rnn = RecurrentCore(r.kind, actor_in, r.size, r.layers)
+            self.actor_rnn = make_core(r, actor_in)
             if separate_critic:
-                self.critic_rnn = RecurrentCore(r.kind, critic_in, r.size, r.layers)
-            actor_in = critic_in = r.size
+                self.critic_rnn = make_core(r, critic_in)
+            actor_in = self.actor_rnn.out_dim
+            critic_in = actor_in if self.critic_rnn is None else self.critic_rnn.out_dim
         self.actor_backbone = mlp(actor_in, hidden, act, ortho)
         # With a shared backbone the critic reads the actor's features.
         self.critic_backbone = mlp(critic_in, hidden, act, ortho) if separate_critic else None

@@ -70,6 +70,7 @@ class RecurrentCore(nn.Module):
         if kind not in KINDS:
             raise ValueError(f"unknown recurrent core {kind!r}, allowed: {', '.join(KINDS)}")
         self.kind, self.size, self.layers = kind, size, layers
+        self.out_dim = size  # what the MLP after it reads
         self.layer_state = size * (2 if kind == "lstm" else 1)
         self.state_size = layers * self.layer_state
         self.cells = nn.ModuleList(

@@ -28,9 +28,11 @@ class ObsKeySpec:
 
 @dataclass(frozen=True)
 class RecurrentSpec:
-    """A recurrent core between the observation encoders and the MLP."""
+    """A recurrent core between the observation encoders and the MLP: an LSTM or GRU of
+    `layers` layers of `size` units, or a history of the last `size` steps' inputs (`layers`
+    1)."""
 
-    kind: Literal["lstm", "gru"]
+    kind: Literal["lstm", "gru", "history"]
     size: int
     layers: int
 

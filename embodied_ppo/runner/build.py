@@ -38,7 +38,10 @@ def policy_spec(cfg: Config, info: SpaceInfo) -> PolicySpec:
     m, e = cfg.model, cfg.env
     recurrent = None
     if m.recurrent is not None:
-        recurrent = RecurrentSpec(m.recurrent, m.recurrent_size, m.recurrent_layers)
+        if m.recurrent == "history":
+            recurrent = RecurrentSpec("history", m.history_length, 1)
+        else:
+            recurrent = RecurrentSpec(m.recurrent, m.recurrent_size, m.recurrent_layers)
     dict_obs = None
     if info.obs_keys is not None:
         actor = m.actor_obs_keys or list(info.obs_keys)

@@ -1,5 +1,6 @@
-"""Recurrent policies (model.recurrent: lstm | gru): the core, the state through collection and
-the update, sequence chunks, micro-batches, resume, export and the config checks."""
+"""Recurrent policies (model.recurrent: lstm | gru | history): the core, the state through
+collection and the update, sequence chunks, micro-batches, resume, export and the config
+checks."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from embodied_ppo.config.checks import check_config
 from embodied_ppo.core.errors import UserError
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.model.history import HistoryCore
 from embodied_ppo.model.recurrent import RecurrentCore
 from embodied_ppo.runner.trainer import Trainer
 
@@ -30,12 +32,13 @@ PENDULUM = "EmbodiedPPO/PendulumNoVel-v1"
 
 
 def recurrent_config(env_id=PENDULUM, kind="lstm", model=None, algorithm=None, **blocks):
-    """2 envs x 16 steps, a small recurrent core; episodes of 10 steps so that they end inside
-    a rollout (and inside a sequence chunk)."""
+    """2 envs x 16 steps, a small recurrent core (an observation history of 3 steps); episodes
+    of 10 steps so that they end inside a rollout (and inside a sequence chunk)."""
+    core = {"history_length": 3} if kind == "history" else {"recurrent_size": 8}
     return tiny_config(
         env_id,
         env={"max_episode_steps": 10, **blocks.pop("env", {})},
-        model={"recurrent": kind, "recurrent_size": 8, "hidden_sizes": [16], **(model or {})},
+        model={"recurrent": kind, **core, "hidden_sizes": [16], **(model or {})},
         algorithm={"minibatch_size": 16, **(algorithm or {})},
         **blocks,
     )
@@ -108,6 +111,23 @@ def test_an_episode_start_zeroes_the_state_before_its_step(kind):
     assert not torch.allclose(out[5:, 0], core(x[:, :1], state[:1], torch.zeros(8, 1))[0][5:, 0])
 
 
+def test_a_history_is_the_last_inputs_side_by_side_zeros_before_an_episode_start():
+    core = HistoryCore(in_dim=2, length=3)
+    x = torch.arange(1.0, 13.0).reshape(6, 1, 2)  # steps 0..5 of one env, inputs 2t+1, 2t+2
+    state = torch.full((1, 4), -1.0)  # the two inputs before step 0 (an episode going on)
+    starts = torch.zeros(6, 1)
+    starts[3] = 1.0  # an episode starts at step 3
+    out, last = core(x, state, starts)
+    rows = [list(map(float, out[t, 0])) for t in range(6)]
+    assert rows[0] == [-1, -1, -1, -1, 1, 2]
+    assert rows[2] == [1, 2, 3, 4, 5, 6]
+    assert rows[3] == [0, 0, 0, 0, 7, 8]  # nothing of the episode before
+    assert rows[5] == [7, 8, 9, 10, 11, 12]
+    assert torch.equal(last, out[5, :, 2:])
+    step_out, step_state = core.step(x[5], out[4, :, 2:])
+    assert torch.equal(step_out, out[5]) and torch.equal(step_state, last)
+
+
 # ------------------------------------------------------------------------- sequence chunks
 @pytest.mark.parametrize("T, N, L", [(16, 3, 4), (16, 3, 16), (10, 2, 4), (7, 5, 3), (5, 1, 5)])
 def test_sequence_chunks_visit_every_step_once_in_time_order(T, N, L):
@@ -128,7 +148,7 @@ def test_sequence_chunks_visit_every_step_once_in_time_order(T, N, L):
 
 
 # --------------------------------------------------------------------- collection and update
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("kind", ["lstm", "gru", "history"])
 @pytest.mark.parametrize("share", [True, False])
 def test_the_update_replays_what_collection_computed(tmp_path, kind, share):
     """Replaying each env's rollout through the sequence forward, from the first stored state
@@ -259,7 +279,7 @@ def test_padded_chunks_train_like_the_same_steps_unpadded(tmp_path):
         assert (wrong - seen.grads[0]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("kind", ["lstm", "gru", "history"])
 def test_a_recurrent_run_resumes_bitwise(tmp_path, kind):
     cfg = recurrent_config(
         kind=kind,
@@ -290,10 +310,11 @@ def _rollout(policy_fn, obs_seq, starts, state0):
     return torch.stack(actions)
 
 
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("kind", ["lstm", "gru", "history"])
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
 def test_exported_recurrent_policies_act_like_the_trained_one(tmp_path, kind, fmt):
-    cfg = recurrent_config(kind=kind, model={"share_backbone": False, "recurrent_layers": 2})
+    layers = {} if kind == "history" else {"recurrent_layers": 2}
+    cfg = recurrent_config(kind=kind, model={"share_backbone": False, **layers})
     trainer = train(cfg, tmp_path / "run")
     policy = trainer.policy
     torch.manual_seed(1)
@@ -362,6 +383,8 @@ def test_a_recurrent_policy_refuses_a_missing_or_misshapen_state(tmp_path):
         ({"recurrent": "gru"}, {"recompute_old_logprobs": True}, "recompute_old_logprobs"),
         ({"recurrent": "lstm"}, {"recompute_advantages": True}, "recompute_advantages"),
         ({"recurrent": "gru"}, {"loss_agg_func": "seq-mean-token-sum"}, "loss_agg_func"),
+        ({"recurrent": "history", "history_length": 1}, {}, "model.history_length: got 1"),
+        ({"recurrent": "history", "recurrent_layers": 2}, {}, "model.recurrent_layers: got 2"),
     ],
 )
 def test_recurrent_settings_are_checked_with_one_line(model, algorithm, fragment):
@@ -449,17 +472,19 @@ def test_a_truncated_episode_is_bootstrapped_under_the_state_that_reached_its_en
 
 
 # ---------------------------------------------------------------------------------- learning
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("kind", ["lstm", "gru", "history"])
 def test_a_recurrent_policy_learns_to_remember_where_a_memoryless_one_cannot(tmp_path, kind):
     """The cue task: the answer, due 4 steps later, is shown only at an episode's first step.
-    A memoryless policy stays at chance (mean return 0.5); a recurrent one remembers."""
+    A memoryless policy stays at chance (mean return 0.5); a recurrent one remembers (a
+    history of 4 steps holds the cue until the answer)."""
     from toy_envs import register_cue
 
     def final_return(recurrent, run):
         cfg = tiny_config(
             register_cue(),
             env={"num_envs": 8, "normalize_obs": False, "normalize_reward": False},
-            model={"recurrent": recurrent, "recurrent_size": 16, "hidden_sizes": [32]},
+            model={"recurrent": recurrent, "hidden_sizes": [32]}
+            | ({"history_length": 4} if recurrent == "history" else {"recurrent_size": 16}),
             algorithm={
                 "rollout_steps": 16, "minibatch_size": 32, "update_epochs": 8,
                 "gamma": 0.99, "gae_lambda": 0.95, "sequence_length": 8 if recurrent else None,
