@@ -123,7 +123,9 @@ class GradientStep:
         self.weight_decay = self.adam.weight_decay
         self.lr = optim.lr  # the rate of the next update (the schedule sets it)
         self._lr = torch.zeros((), dtype=torch.float32, device=self.device)
-        self.loss = loss if loss is not None else MinibatchLoss(policy, algo, reference)
+        self.loss = (
+            loss if loss is not None else MinibatchLoss(policy, algo, reference, settings.mirror)
+        )
         self.metric_names = self.loss.names
         self.notes = settings.notes or sys.stdout
         self.grad_fn = torch.func.grad(self._loss, has_aux=True)

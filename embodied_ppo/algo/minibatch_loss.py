@@ -10,13 +10,23 @@ from torch.func import functional_call
 
 from embodied_ppo.algo.kl import kl_estimate
 from embodied_ppo.algo.losses import ppo_loss
+from embodied_ppo.algo.mirror import Mirror
+from embodied_ppo.algo.symmetry import (
+    Pairing,
+    chunk_pairing,
+    flat_pairing,
+    join_obs,
+    mirror_loss,
+)
 from embodied_ppo.config.schema import AlgorithmConfig
+from embodied_ppo.core.obs import map_obs
 from embodied_ppo.model.actor_critic import ActorCritic
-from embodied_ppo.model.distributions import DiagGaussian
+from embodied_ppo.model.distributions import DiagGaussian, Distribution
 
 
-def metric_names(algo: AlgorithmConfig, gaussian: bool) -> list[str]:
-    """The metrics of one (micro-)batch, in the order of the vectors the step returns."""
+def metric_names(algo: AlgorithmConfig, gaussian: bool, mirror: bool = False) -> list[str]:
+    """The metrics of one (micro-)batch, in the order of the vectors the step returns
+    (`mirror`: the update learns from the env's mirror, and measures the policy's asymmetry)."""
     names = ["loss", "policy_loss", "entropy", "approx_kl", "clipfrac", "dual_clipfrac"]
     if algo.loss_type == "actor_critic":
         names += ["value_loss", "value_clipfrac"]
@@ -24,6 +34,8 @@ def metric_names(algo: AlgorithmConfig, gaussian: bool) -> list[str]:
         names.append("kl_loss")
     if gaussian:
         names.append("std")
+    if mirror:
+        names.append("mirror_loss")
     return names
 
 
@@ -32,14 +44,21 @@ class MinibatchLoss:
 
     Args:
         reference: frozen reference policy of the KL loss (used when algo.use_kl_loss).
+        mirror: the env's mirror, where the update learns from it (`algorithm.symmetry`):
+            every row is run beside its mirror (`_symmetric`).
     """
 
     def __init__(
-        self, policy: ActorCritic, algo: AlgorithmConfig, reference: ActorCritic | None = None
+        self,
+        policy: ActorCritic,
+        algo: AlgorithmConfig,
+        reference: ActorCritic | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         self.policy, self.algo = policy, algo
         self.reference = reference if algo.use_kl_loss else None
-        self.names = metric_names(algo, policy.is_gaussian)
+        self.mirror = mirror
+        self.names = metric_names(algo, policy.is_gaussian, mirror is not None)
         # A recurrent policy's minibatch rows are chunks of seq_len steps of one env, in order.
         self.seq_len = (algo.sequence_length or algo.rollout_steps) if policy.state_size else 0
 
@@ -53,6 +72,8 @@ class MinibatchLoss:
         """The loss of minibatch `mb` (its fields in MINIBATCH_FIELDS order) with the
         per-token aggregation `weights`, as a function of the policy's `params` and `buffers`;
         and its metrics vector (`names`)."""
+        if self.mirror is not None:
+            return self._symmetric(params, buffers, mb, weights)
         obs, actions, old_logprobs, old_values, advantages, returns = mb[:6]
         if self.seq_len:
             # Rows are B chunks of L steps; the core runs time-major from each chunk's stored
@@ -83,10 +104,89 @@ class MinibatchLoss:
             )
         else:
             dist, value = functional_call(self.policy, (params, buffers), (obs,))
+        fields = (actions, old_logprobs, old_values, advantages, returns)
+        loss, metrics = self._ppo(dist, value, obs, fields, weights)
+        metrics["loss"] = loss.detach()
+        return loss, torch.stack([metrics[n] for n in self.names])
+
+    def _symmetric(
+        self,
+        params: dict[str, Tensor],
+        buffers: dict[str, Tensor],
+        mb: tuple[Tensor, ...],
+        weights: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """The loss of minibatch `mb` with every row run beside its mirror (`algo.symmetry`):
+        PPO's terms over the rows and, with augmentation, over their mirrors too (each of the
+        pair weighted half the row's weight: the minibatch extended by its mirror), plus the
+        mirror loss; the mirror loss is measured (logged) in either mode."""
+        m = self.mirror
+        assert m is not None
+        obs, actions, old_logprobs, old_values, advantages, returns = mb[:6]
+        extra = mb[8:] if self.seq_len else mb[6:]
+        mirrored = m.obs(obs)
+        fwd_obs: Tensor | dict[str, Tensor] | None = None
+        pairing: Pairing
+        if self.seq_len:
+            L = self.seq_len
+            C = weights.shape[0] // L
+
+            def time_major(x: Tensor) -> Tensor:
+                """Rows (C*L, ...) of C chunks of L steps as (L, C, ...)."""
+                return x.reshape(C, L, *x.shape[1:]).transpose(0, 1)
+
+            pairing = chunk_pairing(C, L)
+            seq_obs = join_obs(map_obs(time_major, obs), map_obs(time_major, mirrored), dim=1)
+            states, starts, mirror_states = mb[6], mb[7], extra[2]
+            state0 = torch.cat(
+                [states.reshape(C, L, -1)[:, 0], mirror_states.reshape(C, L, -1)[:, 0]]
+            )
+            seq_starts = torch.cat([time_major(starts), time_major(starts)], dim=1)
+            dist, value = functional_call(
+                self.policy, (params, buffers), (seq_obs, state0, seq_starts)
+            )
+        else:
+            pairing = flat_pairing(weights.shape[0])
+            fwd_obs = join_obs(obs, mirrored, dim=0)
+            dist, value = functional_call(self.policy, (params, buffers), (fwd_obs,))
+        s = self.algo.symmetry
+        if s.augment:
+            ppo_weights = pairing.join(0.5 * weights, 0.5 * weights)
+        else:
+            ppo_weights = pairing.join(weights, torch.zeros_like(weights))
+        pairs = (
+            (actions, m.actions(actions)),
+            (old_logprobs, extra[0]),
+            (old_values, extra[1]),
+            (advantages, advantages),
+            (returns, returns),
+        )
+        fields = tuple(pairing.join(x, y) for x, y in pairs)
+        loss, metrics = self._ppo(dist, value, fwd_obs, fields, ppo_weights)
+        asymmetry = mirror_loss(dist, m, pairing, pairing.order(weights))
+        if s.mirror_loss_coef > 0:
+            loss = loss + s.mirror_loss_coef * asymmetry
+        metrics["mirror_loss"] = asymmetry.detach()
+        metrics["loss"] = loss.detach()
+        return loss, torch.stack([metrics[n] for n in self.names])
+
+    def _ppo(
+        self,
+        dist: Distribution,
+        value: Tensor,
+        obs: Tensor | dict[str, Tensor] | None,
+        fields: tuple[Tensor, ...],
+        weights: Tensor,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The PPO loss and its metrics of a forward pass (`dist`, `value`) over `obs`, with
+        the rows' actions, old log-probs, old values, advantages and returns (`fields`, in the
+        forward's row order) and aggregation `weights`."""
+        actions, old_logprobs, old_values, advantages, returns = fields
         logprob = dist.log_prob(actions)  # (B,)
         a = self.algo
         kl = None
         if self.reference is not None:
+            assert obs is not None
             with torch.no_grad():
                 ref_dist, _ = self.reference(obs)
             kl = kl_estimate(a.kl_loss_type, logprob, ref_dist.log_prob(actions), dist, ref_dist)
@@ -112,5 +212,4 @@ class MinibatchLoss:
         )
         if isinstance(dist, DiagGaussian):
             metrics["std"] = (dist.std.detach().mean(dim=-1) * weights).sum()
-        metrics["loss"] = loss.detach()
-        return loss, torch.stack([metrics[n] for n in self.names])
+        return loss, metrics

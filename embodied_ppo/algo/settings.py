@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TextIO
 
+from embodied_ppo.algo.mirror import Mirror
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.core.types import Reduce
 
@@ -20,6 +21,8 @@ class UpdateSettings:
         notes: where one-off notes go (e.g. the step running eagerly).
         world, rank: the run's number of processes and this one's rank (its envs are the
             rank-th block of the run's envs).
+        mirror: the env's mirror, on the update's device, where `algorithm.symmetry` learns
+            from it (None: no symmetry).
     """
 
     algo: AlgorithmConfig
@@ -29,6 +32,7 @@ class UpdateSettings:
     notes: TextIO | None = None
     world: int = 1
     rank: int = 0
+    mirror: Mirror | None = None
 
     @property
     def minibatch(self) -> int:

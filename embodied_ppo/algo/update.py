@@ -19,6 +19,7 @@ from embodied_ppo.algo.minibatches import (
     share_weights,
 )
 from embodied_ppo.algo.settings import UpdateSettings
+from embodied_ppo.algo.symmetry import mirror_fields
 from embodied_ppo.core.obs import map_obs
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.model.actor_critic import ActorCritic
@@ -87,6 +88,7 @@ class PPOUpdate:
         self.world, self.rank, self.minibatch = settings.world, settings.rank, settings.minibatch
         self.recurrent = policy.state_size > 0
         self.fields = MINIBATCH_FIELDS + (RECURRENT_FIELDS if self.recurrent else ())
+        self.fields += mirror_fields(settings.mirror, self.recurrent)  # algorithm.symmetry
         self.step = GradientStep(policy, settings, reference, loss)
         self.names = self.step.metric_names
 

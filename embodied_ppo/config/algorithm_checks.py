@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from embodied_ppo.config.auxiliary import check_auxiliary
 from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import require
 
@@ -60,6 +61,12 @@ def check_algorithm(cfg: Config) -> None:
     require(
         a.value_loss_coef >= 0, f"algorithm.value_loss_coef: got {a.value_loss_coef}, expected >= 0"
     )
+    require(
+        not a.normalize_value or a.loss_type == "actor_critic",
+        "algorithm.normalize_value: got true with loss_type 'actor', which trains no critic; "
+        "use loss_type actor_critic, or normalize_value: false",
+    )
+    check_auxiliary(a.symmetry, a.rnd, a.rollout_steps)
 
 
 def check_estimator(cfg: Config) -> None:

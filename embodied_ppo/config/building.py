@@ -12,6 +12,7 @@ from typing import Literal, TypeVar
 
 import yaml
 
+from embodied_ppo.config.auxiliary import RNDConfig, SymmetryConfig
 from embodied_ppo.config.checks import check_config
 from embodied_ppo.config.intervals import fill_interval_units
 from embodied_ppo.config.schema import Config, ModelConfig
@@ -183,6 +184,11 @@ def upgrade(data: ConfigDict) -> ConfigDict:
         # Saved before the key existed, when a process's minibatch was minibatch_size of its
         # own transitions: the run goes on taking as many gradient steps of as many.
         algo["minibatch_scope"] = "per_process"
+    if isinstance(algo, dict):
+        # Saved before these keys existed, by a version that had none of these terms.
+        algo.setdefault("normalize_value", False)
+        algo.setdefault("symmetry", dataclasses.asdict(SymmetryConfig()))
+        algo.setdefault("rnd", dataclasses.asdict(RNDConfig()))
     return out
 
 

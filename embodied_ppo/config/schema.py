@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from embodied_ppo.config.auxiliary import RNDConfig, SymmetryConfig
 from embodied_ppo.core.types import ConfigDict
 
 
@@ -231,6 +232,15 @@ class AlgorithmConfig:
     reference_checkpoint: str | None = _key(
         None, "run or checkpoint of the frozen reference policy; null: the starting policy"
     )
+    # Beside PPO's own terms (`config.auxiliary`): the critic on normalized returns, the
+    # env's mirror symmetry, and an intrinsic reward for exploration.
+    normalize_value: bool = _key(
+        False,
+        "train the critic on returns normalized by their running mean and std (its outputs "
+        "scaled back for bootstrapping and logging)",
+    )
+    symmetry: SymmetryConfig = _key(SymmetryConfig, "learning from the env's declared mirror")
+    rnd: RNDConfig = _key(RNDConfig, "random network distillation's intrinsic reward")
 
 
 @dataclass(frozen=True)

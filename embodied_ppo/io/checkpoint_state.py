@@ -103,6 +103,9 @@ class RunCheckpoint:
         reference: the frozen reference policy of the KL terms.
         ranks, world_size: every process's own part, and how many there were.
         evaluation: the evaluation that made it the best checkpoint (best.pt; `eval`).
+        value_normalizer: the value targets' statistics (`algorithm.normalize_value`).
+        rnd: random network distillation's networks, statistics, optimizer and generator
+            (`algorithm.rnd`).
         package_version: the version that wrote it.
         extra: entries this version does not know, kept as they are.
     """
@@ -123,6 +126,8 @@ class RunCheckpoint:
     ranks: list[RankPart] | None = None
     world_size: int = 1
     evaluation: dict[str, float] | None = None
+    value_normalizer: dict[str, Tensor] | None = None
+    rnd: CheckpointState | None = None
     package_version: str = __version__
     extra: CheckpointState = field(default_factory=dict)
 
@@ -151,6 +156,11 @@ class RunCheckpoint:
             out["world_size"] = self.world_size
         if self.evaluation is not None:
             out["eval"] = self.evaluation
+        # Written only by the runs that use them: other checkpoints keep their form.
+        if self.value_normalizer is not None:
+            out["value_normalizer"] = self.value_normalizer
+        if self.rnd is not None:
+            out["rnd"] = self.rnd
         return out | self.extra
 
     @classmethod
@@ -182,6 +192,8 @@ class RunCheckpoint:
             ranks=None if ranks is None else [RankPart.from_dict(part) for part in ranks],
             world_size=int(data.get("world_size", 1)),
             evaluation=data.get("eval"),
+            value_normalizer=data.get("value_normalizer"),
+            rnd=data.get("rnd"),
             package_version=str(data.get("package_version", "unknown")),
             extra={k: v for k, v in data.items() if k not in known and k not in _ENVELOPE},
         )

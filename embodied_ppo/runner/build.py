@@ -23,6 +23,7 @@ from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.encoders import CNNSpec
 from embodied_ppo.model.spec import DictObsSpec, ObsKeySpec, PolicySpec, RecurrentSpec
 from embodied_ppo.runner import distributed
+from embodied_ppo.runner.auxiliary import load_mirror
 from embodied_ppo.runner.buffer import BufferLayout, RolloutBuffer
 from embodied_ppo.runner.collector import Collector
 from embodied_ppo.runner.device_collector import DeviceCollector
@@ -260,7 +261,11 @@ def make_updater(
     notes: TextIO | None,
 ) -> PPOUpdate:
     """The PPO update of a run (compiled where trainer.compile says so), this process's part of
-    it in a run of several; it keeps Adam's state."""
+    it in a run of several; it keeps Adam's state. With `algorithm.symmetry` it learns from the
+    env's mirror (one env is built to read it)."""
+    mirror = None
+    if cfg.algorithm.symmetry.enabled:
+        mirror = load_mirror(cfg).to(policy.action_low.device)
     settings = UpdateSettings(
         cfg.algorithm,
         cfg.optim,
@@ -269,6 +274,7 @@ def make_updater(
         notes=notes,
         world=distributed.world_size(),
         rank=distributed.rank(),
+        mirror=mirror,
     )
     return PPOUpdate(policy, generator, settings, reference)
 

@@ -11,6 +11,7 @@ from embodied_ppo.config.schema import Config
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.model.encoders import CNNSpec, cnn_output_size
 from embodied_ppo.model.snapshot import unsupported_part
+from embodied_ppo.runner.auxiliary import check_auxiliary_env
 from embodied_ppo.vecenv.preflight import check_env, check_episodic
 from embodied_ppo.vecenv.spaces import SpaceInfo
 
@@ -135,5 +136,6 @@ def check_run(cfg: Config) -> SpaceInfo:
     what the policy needs of its spaces, and the device."""
     info = check_env(cfg)
     check_policy(cfg, info)
+    check_auxiliary_env(cfg, info)  # the env's mirror, RND's keys
     resolve_device(cfg.trainer.device)
     return info

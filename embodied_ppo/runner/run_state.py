@@ -2,8 +2,8 @@
 
 Everything needed to continue a run exactly (docs/design.md, rule 6): the parameters, the
 optimizer, the normalizers and reward scaler, every random generator, the step, the reference
-policy and the environments in the middle of their episodes; as tensors and plain values
-(docs/design.md, rule 5).
+policy, the value normalizer and RND where a run has them, and the environments in the middle
+of their episodes; as tensors and plain values (docs/design.md, rule 5).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from embodied_ppo.io.rng import rng_state, set_rng_state
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.spec import PolicySpec
 from embodied_ppo.runner import distributed
+from embodied_ppo.runner.auxiliary import Auxiliary
 from embodied_ppo.runner.rollout import RolloutCollector
 from embodied_ppo.vecenv.seeding import env_seeds
 
@@ -52,6 +53,7 @@ class RunState:
     shuffle: torch.Generator
     reference: ActorCritic | None
     in_reward_kl: InRewardKL | None
+    auxiliary: Auxiliary
     collector: RolloutCollector
     global_step: int
     iteration: int
@@ -66,6 +68,7 @@ class RunState:
         reference = None
         if self.reference is not None:
             reference = PolicyWeights(self.reference.spec.to_dict(), self.reference.state_dict())
+        auxiliary = self.auxiliary.state()  # value normalization, RND
         return RunCheckpoint(
             config=self.run_config.to_dict(),  # as given: envs of all processes
             model_spec=self.policy.spec.to_dict(),
@@ -81,6 +84,8 @@ class RunState:
             lr_extension=None if self.extension is None else self.extension.to_dict(),
             kl_coef=None if self.in_reward_kl is None else self.in_reward_kl.coef,
             reference=reference,
+            value_normalizer=auxiliary.get("value_normalizer"),
+            rnd=auxiliary.get("rnd"),
         )
 
     def save(self) -> Path:
@@ -130,6 +135,7 @@ class RunState:
             self.updater.load_optimizer_state(state.optimizer)
             self.reward_scaler.load_state_dict(state.reward_scaler)
             rng_note = set_rng_state(state.rng, self.shuffle)
+            self.auxiliary.restore({"value_normalizer": state.value_normalizer, "rnd": state.rnd})
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
             raise CheckpointError(
                 f"checkpoint does not match this run: {first_line(exc)}"

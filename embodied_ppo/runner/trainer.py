@@ -37,6 +37,7 @@ from embodied_ppo.io.progress import Progress, eval_line, metric_texts
 from embodied_ppo.io.rng import seed_everything
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.runner import distributed
+from embodied_ppo.runner.auxiliary import Auxiliary
 from embodied_ppo.runner.build import (
     collector_settings,
     compile_note,
@@ -128,6 +129,8 @@ class Trainer(RunState):
             init_from(self.policy, cfg.model.init_from, self.device)
         distributed.broadcast_module(self.policy)  # one set of weights on every process
         self.reduce = distributed.all_reduce_sum if self.world > 1 else None
+        # Value normalization, the env's mirror and RND (`runner.auxiliary`): off by default.
+        self.auxiliary = Auxiliary(cfg, self.envs.info, self.policy, self.device, self.reduce)
         self.buffer = make_buffer(cfg, self.envs.info, self.policy, self.device)
         self.reward_scaler = RewardScaler(e.num_envs, a.gamma, e.normalize_reward, e.clip_reward)
         self.reward_scaler.to(self.device)
@@ -240,10 +243,12 @@ class Trainer(RunState):
         torch.set_num_threads(self.update_threads)
         t1 = time.perf_counter()
         buf = self.buffer
+        auxiliary = self.auxiliary.after_collect(buf, self.global_step)
         batch, extra = prepare_batch(buf, self.policy, a, self.in_reward_kl, self.reduce)
         refresh = None
         if a.recompute_advantages:
             refresh = partial(refresh_advantages, buf, self.policy, a, self.reduce)
+        refresh = self.auxiliary.prepare(buf, batch, refresh)
         note = compile_note(self.updater, self.policy)
         if note is not None:
             self.progress.note(note)
@@ -254,6 +259,7 @@ class Trainer(RunState):
                 f"iteration {self.iteration}: {exc}; the weights were not updated; "
                 f"last good checkpoint: {self._last_good()}"
             ) from None
+        auxiliary |= self.auxiliary.after_update(buf)
         self.collector.merge_obs_statistics()
         t2 = time.perf_counter()
         if self.world > 1:
@@ -270,7 +276,7 @@ class Trainer(RunState):
             )
         timing = IterationTiming(lr, clock.sps(self.global_step), t1 - t0, t2 - t1)
         scaler = self.reward_scaler if cfg.env.normalize_reward else None
-        scalars = iteration_scalars(stats, metrics, buf, timing, scaler) | extra
+        scalars = iteration_scalars(stats, metrics, buf, timing, scaler) | extra | auxiliary
         recent = self.mean_recent_return()
         if recent is not None:  # what the progress line shows, for callbacks and curves
             scalars[RECENT_RETURN] = recent

@@ -13,6 +13,7 @@ from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.io.render import configure_headless_gl
 from embodied_ppo.vecenv.factory import register_entry_point
 from embodied_ppo.vecenv.mjlab_single import MjlabSingleEnv
+from embodied_ppo.vecenv.spaces import SpaceInfo, describe_spaces
 from embodied_ppo.vecenv.vector_factory import FirstEnv, make_vector, makes_vector
 
 
@@ -121,3 +122,16 @@ def progress_formats(cfg: EnvConfig) -> dict[str, str]:
     if not isinstance(shown, dict):
         return {}
     return {str(k): str(v) for k, v in shown.items()}
+
+
+def declared_mirror(cfg: EnvConfig) -> tuple[object, SpaceInfo]:
+    """What the env declares as its mirror (`metadata["mirror"]` of one env of `cfg`, its
+    wrappers included: a wrapper that changes the observations declares its own; None where it
+    declares none), and the spaces it declares it for."""
+    env = make_one(cfg)
+    try:
+        metadata = getattr(env, "metadata", None)
+        declared = metadata.get("mirror") if isinstance(metadata, dict) else None
+        return declared, describe_spaces(env.observation_space, env.action_space)
+    finally:
+        env.close()

@@ -117,6 +117,16 @@ VARIANTS = [
     ("envs-split-globally", 16, ["env.num_envs=4", "env.num_envs_scope=global"]),
     ("grpo", 16, ["algorithm.adv_type=grpo", "algorithm.group_size=2",
                   "algorithm.loss_type=actor", "env.max_episode_steps=16"]),
+    # The env's mirror (augmentation and the mirror loss), RND's intrinsic reward (its
+    # predictor trained on every process's rows) and value normalization, together.
+    ("symmetry-rnd-value-norm", 16,
+     ["env.id=EmbodiedPPOTestMirrorPendulum-v0", "env.imports=[mirror_envs]",
+      "algorithm.symmetry.augment=true", "algorithm.symmetry.mirror_loss_coef=0.5",
+      "algorithm.rnd.enabled=true", "algorithm.normalize_value=true"]),
+    ("symmetry-recurrent", 16,
+     ["env.id=EmbodiedPPOTestMirrorPendulum-v0", "env.imports=[mirror_envs]",
+      "algorithm.symmetry.augment=true", "algorithm.symmetry.mirror_loss_coef=0.5",
+      "model.recurrent=gru", "model.recurrent_size=16", "algorithm.sequence_length=8"]),
 ]  # fmt: skip
 
 
