@@ -169,11 +169,11 @@ def test_targets_trains_each_seed_evaluates_it_and_writes_the_record_and_the_pag
 
 def test_the_physics_worker_measures_mujoco_against_the_env_on_the_states_training_visits():
     ran = run_module("scripts.bench.workers.quadruped_physics", "--steps", "200", "--rounds", "1",
-                     "env.num_envs=4")  # fmt: skip
+                     "env.num_envs=4", "algorithm.minibatch_size=32")  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     out = json.loads(ran.stdout.strip().splitlines()[-1])
     assert out["physics_steps_per_policy_step"] == 4  # 200 Hz physics under a 50 Hz policy
     assert out["limit_policy_steps_per_s"] == pytest.approx(out["mj_step_per_s"] / 4)
-    # An env step is four physics steps and more: slower than the limit.
-    assert 0 < out["member_steps_per_s"] < out["limit_policy_steps_per_s"]
-    assert out["vector_steps_per_s"] > 0 and out["num_envs"] == 4
+    # Rates, not compared here (a test asserts no timing): the benchmark's record compares them.
+    assert out["member_steps_per_s"] > 0 and out["vector_steps_per_s"] > 0
+    assert out["num_envs"] == 4 and len(out["rounds"]["mj_step"]) == 1
