@@ -1,5 +1,6 @@
 """The `export` command: the deployable policy as TorchScript or ONNX, and a JSON of shapes,
-bounds and provenance beside it."""
+bounds and provenance beside it (for a policy of an mjlab task, also what a plain MuJoCo loop
+needs to run it, and the task's MuJoCo model: vecenv.mjlab_deploy)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from embodied_ppo.app.deploy import policy_from_state
+from embodied_ppo.config.building import from_dict, upgrade
 from embodied_ppo.core.errors import ExportError
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import JSONDict
@@ -23,6 +25,7 @@ from embodied_ppo.model.export import (
     torchscript_bytes,
 )
 from embodied_ppo.model.inference import is_dict, is_recurrent
+from embodied_ppo.vecenv.mjlab_deploy import describe
 
 
 class ExportResult(NamedTuple):
@@ -119,6 +122,12 @@ def export_policy(
     }
     if fmt == "onnx":
         meta["onnx_opset"] = ONNX_OPSET
+    config = state.get("config") or {}
+    if (config.get("env") or {}).get("backend") == "mjlab":
+        # What a MuJoCo loop needs to run it (vecenv.mjlab_deploy), the task's model beside it.
+        env_cfg = from_dict(upgrade(config)).env
+        groups = list(net.keys) if is_dict(net) else []
+        meta["mjlab"] = describe(env_cfg, groups, out_path.with_name(out_path.name + ".mjb"))
     try:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(out_path, data)
