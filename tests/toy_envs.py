@@ -245,3 +245,55 @@ def make_counting_vector(
     fns = [make_counting] * num_envs
     mode = gym.vector.AutoresetMode(autoreset)
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+class GoalEnv(gym.Env):
+    """A point that walks to a goal only privileged keys show (for distillation).
+
+    Dict observations: `position` (2, what a student reads), `goal` (2, privileged), `teacher`
+    (1: which of `teachers` equal strips of x the goal lies in, from the left: the teacher that
+    labels the episode's steps, for several teachers). Actions (2, in [-1, 1]) move the point by
+    a fifth of themselves; reward -|position - goal|; `length`-step episodes, cut by their time
+    limit.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, length: int = 6, teachers: int = 2) -> None:
+        self.observation_space = spaces.Dict(
+            {
+                "position": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "goal": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "teacher": spaces.Box(0.0, float(teachers - 1), (1,), np.float32),
+            }
+        )
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.length, self.teachers, self.t = length, teachers, 0
+        self.position = np.zeros(2, np.float32)
+        self.goal = np.zeros(2, np.float32)
+
+    def _obs(self) -> dict:
+        strip = min(int((self.goal[0] + 0.9) / 1.8 * self.teachers), self.teachers - 1)
+        teacher = np.array([float(strip)], np.float32)
+        return {"position": self.position.copy(), "goal": self.goal.copy(), "teacher": teacher}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.position = np.zeros(2, np.float32)
+        self.goal = self.np_random.uniform(-0.9, 0.9, 2).astype(np.float32)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        move = 0.2 * np.clip(np.asarray(action, np.float32), -1.0, 1.0)
+        self.position = np.clip(self.position + move, -1.0, 1.0).astype(np.float32)
+        reward = -float(np.linalg.norm(self.position - self.goal))
+        return self._obs(), reward, False, self.t >= self.length, {}
+
+
+def register_goal() -> str:
+    env_id = "EmbodiedPPOTestGoal-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=GoalEnv)
+    return env_id

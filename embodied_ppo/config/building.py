@@ -14,6 +14,7 @@ import yaml
 
 from embodied_ppo.config.auxiliary import RNDConfig, SymmetryConfig
 from embodied_ppo.config.checks import check_config
+from embodied_ppo.config.distill_schema import DistillConfig, FinetuneConfig
 from embodied_ppo.config.intervals import fill_interval_units
 from embodied_ppo.config.schema import Config, ModelConfig
 from embodied_ppo.core.errors import ConfigError
@@ -176,7 +177,9 @@ def upgrade(data: ConfigDict) -> ConfigDict:
         block, name = key.split(".")
         if isinstance(out.get(block), dict):
             out[block].pop(name, None)
-    # Saved before the observation history existed.
+    # Saved before distillation and the observation history existed: a PPO run without one.
+    out.setdefault("distill", dataclasses.asdict(DistillConfig()))
+    out.setdefault("finetune", dataclasses.asdict(FinetuneConfig()))
     if isinstance(out.get("model"), dict):
         out["model"].setdefault("history_length", ModelConfig().history_length)
     algo = out.get("algorithm")

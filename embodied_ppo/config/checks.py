@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from embodied_ppo.config.algorithm_checks import check_algorithm, check_batches, check_estimator
+from embodied_ppo.config.distill_checks import check_distill
 from embodied_ppo.config.intervals import check_intervals
 from embodied_ppo.config.schema import Config, ModelConfig
 from embodied_ppo.core.errors import require
@@ -29,6 +30,7 @@ def check_config(cfg: Config, world: int | None = None) -> Config:
     check_batches(cfg, world)
     _check_optim(cfg)
     _check_trainer(cfg)
+    check_distill(cfg)
     return cfg
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from embodied_ppo.config.auxiliary import RNDConfig, SymmetryConfig
+from embodied_ppo.config.distill_schema import DistillConfig, FinetuneConfig
 from embodied_ppo.core.types import ConfigDict
 
 
@@ -351,6 +352,9 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # Distillation and what follows it: `config.distill_schema`.
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
 
     def to_dict(self) -> ConfigDict:
         """Plain nested dict (YAML- and checkpoint-safe)."""

@@ -101,6 +101,7 @@ class RunCheckpoint:
         lr_extension: a linear schedule's extension past a changed budget (`algo.schedules`).
         kl_coef: the in-reward KL's coefficient where the adaptive controller left it.
         reference: the frozen reference policy of the KL terms.
+        teachers: a distillation run's frozen teachers, in the order of distill.teachers.
         ranks, world_size: every process's own part, and how many there were.
         evaluation: the evaluation that made it the best checkpoint (best.pt; `eval`).
         value_normalizer: the value targets' statistics (`algorithm.normalize_value`).
@@ -123,6 +124,7 @@ class RunCheckpoint:
     lr_extension: dict[str, Any] | None = None
     kl_coef: float | None = None
     reference: PolicyWeights | None = None
+    teachers: list[PolicyWeights] | None = None
     ranks: list[RankPart] | None = None
     world_size: int = 1
     evaluation: dict[str, float] | None = None
@@ -151,6 +153,8 @@ class RunCheckpoint:
             "collector_obs": self.envs.obs,
             "collector_recurrent": self.envs.recurrent,
         }
+        if self.teachers is not None:
+            out["teachers"] = [teacher.to_dict() for teacher in self.teachers]
         if self.ranks is not None:
             out["ranks"] = [part.to_dict() for part in self.ranks]
             out["world_size"] = self.world_size
@@ -169,6 +173,7 @@ class RunCheckpoint:
         ValueError naming the entry that is missing or of the wrong kind."""
         known = {f.name for f in fields(cls)} | {"eval", "collector_obs", "collector_recurrent"}
         reference = data.get("reference")
+        teachers = data.get("teachers")
         ranks = data.get("ranks")
         kl_coef = data.get("kl_coef")
         return cls(
@@ -189,6 +194,9 @@ class RunCheckpoint:
             reference=None
             if reference is None
             else PolicyWeights(_mapping(reference, "spec"), _mapping(reference, "model")),
+            teachers=None
+            if teachers is None
+            else [PolicyWeights(_mapping(t, "spec"), _mapping(t, "model")) for t in teachers],
             ranks=None if ranks is None else [RankPart.from_dict(part) for part in ranks],
             world_size=int(data.get("world_size", 1)),
             evaluation=data.get("eval"),

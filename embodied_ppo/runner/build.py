@@ -4,6 +4,7 @@ threads."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TextIO
 
 import torch
@@ -197,10 +198,12 @@ def collector_settings(
     world: int,
     reduce: Reduce | None,
     notes: TextIO | None,
+    env_actions: Callable | None = None,
 ) -> CollectorSettings:
     """How one process's collector runs: where the policy acts (a device env's always in torch,
     a host env's where trainer.inference says), its micro-batches, its slice of the run's envs
-    (env_offset of num_envs x world), its reductions and notes."""
+    (env_offset of num_envs x world), its reductions and notes, and what the envs receive in
+    place of the policy's actions (`env_actions`, a distillation's teacher acting)."""
     a, e = cfg.algorithm, cfg.env
     inference = (
         "device" if envs.on_device else inference_path(cfg.trainer.inference, policy, e.num_envs)
@@ -215,6 +218,7 @@ def collector_settings(
         reduce=reduce,
         keep_bootstrap_obs=a.recompute_advantages,
         notes=notes,
+        env_actions=env_actions,
     )
 
 

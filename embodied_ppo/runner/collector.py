@@ -179,7 +179,7 @@ class Collector(RolloutCollector[VecEnv, Obs]):
         st.logprobs[t] = logprob
         if value is not None:
             st.values[t] = value
-        res = self.envs.step(action)
+        res = self.envs.step(self._env_actions(obs, action))
         st.rewards[t] = res.reward
         st.terminated[t] = res.terminated
         if res.episode_envs:  # some episode ended at this step (else `ends` stays False)
@@ -288,7 +288,7 @@ class Collector(RolloutCollector[VecEnv, Obs]):
                 action, _, _, self.rnn_state = self.acting.act_recurrent(obs, noise[t], state)
             else:
                 action, _, _ = self.acting.act(obs, noise[t], False)
-            res = self.envs.step(action)
+            res = self.envs.step(self._env_actions(obs, action))
             if self.state_size:
                 np.logical_or(res.terminated, res.truncated, out=self.episode_starts)
             obs = res.obs

@@ -112,7 +112,7 @@ class DeviceCollector(RolloutCollector[DeviceVecEnv, DeviceObs]):
             for k, v in obs.items():
                 buf.obs[k][t] = v
             self._act(obs, noise[t], t)
-            res = self.envs.step(buf.actions[t])
+            res = self.envs.step(self._env_actions(obs, buf.actions[t]))
             self._record(t, res, keep_finals, finals)
             for key, value in res.log.items():
                 total = logs.setdefault(key, [0.0, 0])
@@ -145,7 +145,7 @@ class DeviceCollector(RolloutCollector[DeviceVecEnv, DeviceObs]):
             for k, v in obs.items():
                 seen[k].append(v.clone())
             self._act(obs, noise[t], t)  # into the buffer, which the first rollout overwrites
-            obs = self.envs.step(self.buffer.actions[t]).obs
+            obs = self.envs.step(self._env_actions(obs, self.buffer.actions[t])).obs
         self.obs = obs
         self.envs.set_steps(0)  # error messages number the steps trained on, as global_step
         self._merge({k: torch.cat(v) for k, v in seen.items()})

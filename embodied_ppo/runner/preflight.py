@@ -12,6 +12,7 @@ from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.model.encoders import CNNSpec, cnn_output_size
 from embodied_ppo.model.snapshot import unsupported_part
 from embodied_ppo.runner.auxiliary import check_auxiliary_env
+from embodied_ppo.runner.teachers import preflight_teachers
 from embodied_ppo.vecenv.preflight import check_env, check_episodic
 from embodied_ppo.vecenv.spaces import SpaceInfo
 
@@ -133,9 +134,10 @@ def inference_path(mode: str, policy: torch.nn.Module, num_envs: int) -> str:
 
 def check_run(cfg: Config) -> SpaceInfo:
     """Everything a new run checks before anything is written: the environment (one is built),
-    what the policy needs of its spaces, and the device."""
+    what the policy needs of its spaces, a distillation's teachers, and the device."""
     info = check_env(cfg)
     check_policy(cfg, info)
     check_auxiliary_env(cfg, info)  # the env's mirror, RND's keys
+    preflight_teachers(cfg, info)
     resolve_device(cfg.trainer.device)
     return info

@@ -16,7 +16,7 @@ through one `restore`, and merge observation statistics the same way.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TextIO, TypeVar
 
@@ -31,6 +31,7 @@ from embodied_ppo.runner.noise import EnvSlice, NoiseSource
 from embodied_ppo.vecenv.protocol import BatchedEnvs
 
 ObsT = TypeVar("ObsT")  # what the envs return: numpy arrays, or device tensors
+ActionT = TypeVar("ActionT")  # what they take
 EnvsT = TypeVar("EnvsT", bound=BatchedEnvs)  # the kind of vector env
 
 
@@ -64,6 +65,9 @@ class CollectorSettings:
         keep_bootstrap_obs: also keep the observation after the last step and the final
             observations of truncated episodes (`algorithm.recompute_advantages`).
         notes: where one-off notes go.
+        env_actions: what the envs receive, from the observation and the policy's actions (a
+            distillation's teacher acting, `runner.distill`); None: the policy's actions. The
+            buffer keeps the policy's.
     """
 
     device: torch.device
@@ -75,6 +79,7 @@ class CollectorSettings:
     reduce: Reduce | None = None
     keep_bootstrap_obs: bool = False
     notes: TextIO | None = None
+    env_actions: Callable | None = None
 
     def envs(self, num_envs: int) -> EnvSlice:
         """This process's `num_envs` envs among the run's."""
@@ -149,6 +154,11 @@ class RolloutCollector(ABC, Generic[EnvsT, ObsT]):
         """The last rollout's observations as rows (T * N, ...)."""
 
     # ------------------------------------------------------------------ shared
+    def _env_actions(self, obs: ObsT, actions: ActionT) -> ActionT:
+        """The actions the envs take for `obs`: the policy's, unless the settings say whose."""
+        hook = self.settings.env_actions
+        return actions if hook is None else hook(obs, actions)
+
     def _start_kept(self, seeds: list[int]) -> None:
         """Start fresh episodes as a restore does (a device env keeps the generators)."""
         self.start(seeds)

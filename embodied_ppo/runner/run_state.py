@@ -34,6 +34,7 @@ from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.spec import PolicySpec
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.auxiliary import Auxiliary
+from embodied_ppo.runner.distill import Distiller
 from embodied_ppo.runner.rollout import RolloutCollector
 from embodied_ppo.vecenv.seeding import env_seeds
 
@@ -52,6 +53,7 @@ class RunState:
     reward_scaler: RewardScaler
     shuffle: torch.Generator
     reference: ActorCritic | None
+    distiller: Distiller | None
     in_reward_kl: InRewardKL | None
     auxiliary: Auxiliary
     collector: RolloutCollector
@@ -84,6 +86,7 @@ class RunState:
             lr_extension=None if self.extension is None else self.extension.to_dict(),
             kl_coef=None if self.in_reward_kl is None else self.in_reward_kl.coef,
             reference=reference,
+            teachers=None if self.distiller is None else self.distiller.state(),
             value_normalizer=auxiliary.get("value_normalizer"),
             rnd=auxiliary.get("rnd"),
         )

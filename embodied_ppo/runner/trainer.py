@@ -46,11 +46,12 @@ from embodied_ppo.runner.build import (
     make_collector,
     make_in_reward_kl,
     make_reference,
-    make_updater,
     policy_spec,
     update_threads,
 )
+from embodied_ppo.runner.distill import make_distiller, make_updates
 from embodied_ppo.runner.evaluator import Occasion, PeriodicEvaluator
+from embodied_ppo.runner.finetune import apply_log_std
 from embodied_ppo.runner.preflight import check_policy, resolve_device
 from embodied_ppo.runner.rollout import RolloutStats
 from embodied_ppo.runner.run_state import RunState, read_run_checkpoint
@@ -127,7 +128,9 @@ class Trainer(RunState):
         self.policy = ActorCritic(policy_spec(cfg, self.envs.info)).to(self.device)
         if cfg.model.init_from is not None:
             init_from(self.policy, cfg.model.init_from, self.device)
+            apply_log_std(cfg, self.policy)
         distributed.broadcast_module(self.policy)  # one set of weights on every process
+        self.distiller = make_distiller(cfg, self.envs.info, self.device, saved)  # None: PPO
         self.reduce = distributed.all_reduce_sum if self.world > 1 else None
         # Value normalization, the env's mirror and RND (`runner.auxiliary`): off by default.
         self.auxiliary = Auxiliary(cfg, self.envs.info, self.policy, self.device, self.reduce)
@@ -143,6 +146,7 @@ class Trainer(RunState):
             world=self.world,
             reduce=self.reduce,
             notes=self.notes,
+            env_actions=None if self.distiller is None else self.distiller.env_actions,
         )
         self.collector = make_collector(
             self.envs, self.policy, self.buffer, self.reward_scaler, settings
@@ -165,9 +169,10 @@ class Trainer(RunState):
         # an env worker process (env.processes) or the update's second thread is using.
         self.blas = ThreadpoolController()
         self.shuffle = torch.Generator().manual_seed(t.seed)
-        self.updater = make_updater(
+        self.updates = make_updates(  # the student's, or PPO's (after a critic warm-up)
             cfg, self.policy, self.shuffle, self.reference, reduce=self.reduce, notes=self.notes
         )
+        self.updater = self.updates.at(0 if saved is None else saved.iteration)
         self.global_step, self.iteration = 0, 0
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.extension: Extension | None = None  # a linear schedule's, after a new budget
@@ -232,6 +237,9 @@ class Trainer(RunState):
         """One iteration: collect a rollout, prepare its batch, update; returns its scalars."""
         cfg, a = self.cfg, self.cfg.algorithm
         t = cfg.trainer
+        self.updater = self.updates.at(self.iteration)
+        if self.distiller is not None:
+            self.distiller.begin(self.global_step)
         lr = run_learning_rate(
             cfg.optim, self.global_step, t.total_steps, self.updater.lr, self.extension
         )
@@ -244,7 +252,10 @@ class Trainer(RunState):
         t1 = time.perf_counter()
         buf = self.buffer
         auxiliary = self.auxiliary.after_collect(buf, self.global_step)
-        batch, extra = prepare_batch(buf, self.policy, a, self.in_reward_kl, self.reduce)
+        if self.distiller is None:
+            batch, extra = prepare_batch(buf, self.policy, a, self.in_reward_kl, self.reduce)
+        else:  # the teachers' labels of the rollout's states
+            batch, extra = self.distiller.batch(buf), {}
         refresh = None
         if a.recompute_advantages:
             refresh = partial(refresh_advantages, buf, self.policy, a, self.reduce)
@@ -277,20 +288,26 @@ class Trainer(RunState):
         timing = IterationTiming(lr, clock.sps(self.global_step), t1 - t0, t2 - t1)
         scaler = self.reward_scaler if cfg.env.normalize_reward else None
         scalars = iteration_scalars(stats, metrics, buf, timing, scaler) | extra | auxiliary
+        if self.distiller is not None:
+            scalars = self.distiller.scalars(scalars)
         recent = self.mean_recent_return()
         if recent is not None:  # what the progress line shows, for callbacks and curves
             scalars[RECENT_RETURN] = recent
         return scalars
 
     def _collect(self) -> RolloutStats:
-        """One rollout (episodic where the estimator is critic-free); an env's failure is a
-        TrainingError naming the iteration and the last good checkpoint."""
+        """One rollout (episodic where the estimator is critic-free), labelled by the teachers
+        of a distillation; an env's failure (or a step of no teacher's) is a TrainingError naming
+        the iteration and the last good checkpoint."""
         t, a, e = self.cfg.trainer, self.cfg.algorithm, self.cfg.env
         seeds = None
         if a.adv_type in CRITIC_FREE:  # one episode per env, groups sharing their seeds
             seeds = group_seeds(t.seed, e.num_envs, a.group_size, self.iteration, self.env_offset)
         try:
-            return self.collector.collect(seeds, noise_seed(t.seed, self.iteration))
+            stats = self.collector.collect(seeds, noise_seed(t.seed, self.iteration))
+            if self.distiller is not None:
+                self.distiller.label_rollout(self.buffer)
+            return stats
         except TrainingError as exc:  # an env failed or returned NaN/Inf
             raise TrainingError(
                 f"iteration {self.iteration}: {exc}; last good checkpoint: {self._last_good()}"
