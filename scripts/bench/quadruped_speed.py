@@ -1,19 +1,22 @@
 """The quadruped's speed against its simulator's limit: raw MuJoCo steps per second on one core,
 the env alone, and training as a user runs it, one run alone and two runs side by side.
 
-    python -m scripts.bench.quadruped_speed --label after --steps 300000
-    python -m scripts.bench.quadruped_speed --label before --src /tmp/before --steps 300000
+    python -m scripts.bench.quadruped_speed --version before=/tmp/before --version after=. \\
+        --steps 300000
 
-Each invocation measures one version of the code (this checkout, or `--src`, another checkout
-of the repository whose package and tasks run instead) and writes its numbers under `--label`
-into the record (docs/bench/quadruped_speed.json by default), beside the labels already there:
+Each `--version LABEL=SRC[:KEY=VALUE,...]` is a version of the code (SRC: this checkout `.`, or
+another checkout of the repository, whose package and tasks then run) with the run settings of
+its run alone (e.g. `after_2threads=.:env.threads=2,trainer.torch_threads=2`); the versions
+are measured side by side, alternating within each part and round, and their numbers written
+under their labels into the record (docs/bench/quadruped_speed.json by default), beside the
+labels already there:
 
     physics     scripts.bench.workers.quadruped_physics pinned to one core: mj_step/s on the
                 states of an untrained policy's rollout, the limit in policy steps per second
                 (mj_step/s over the physics steps of a policy step), one env's steps/s and the
                 config's vector env's steps/s
-    alone       `embodied-ppo train CONFIG trainer.total_steps=STEPS`: the config as committed,
-                the only training on the machine
+    alone       `embodied-ppo train CONFIG trainer.total_steps=STEPS`: the config as committed
+                (with the version's run settings), the only training on the machine
     two_runs    two such trainings at once (seeds 0 and 1), each with `--set` run settings
                 (default: one core each: trainer.torch_threads=1 env.threads=1
                 env.processes=1), as several runs share a machine (docs/performance.md)
@@ -120,7 +123,7 @@ def measure(args, versions: list[dict]) -> dict[str, dict]:
                 if part == "physics":
                     result: object = physics(args, version)
                 elif part == "alone":
-                    result = trainings(args, version, [0], [])[0]
+                    result = trainings(args, version, [0], version["alone"])[0]
                 else:
                     result = trainings(args, version, [0, 1], args.set or PAIR_SETTINGS)
                 entry.setdefault(part, []).append(result)
@@ -130,6 +133,7 @@ def measure(args, versions: list[dict]) -> dict[str, dict]:
         entry["commit"] = subprocess.run(["git", "-C", version["src"], "rev-parse", "HEAD"],
                                          capture_output=True, text=True).stdout.strip()  # fmt: skip
         entry["src"] = version["src"]
+        entry["alone_settings"] = version["alone"]
     return out
 
 
@@ -180,16 +184,20 @@ def versions_of(args, links: Path) -> list[dict]:
     folder that links its tasks (see `child_env`)."""
     out = []
     for item in args.version or ["current=."]:
-        label, eq, src = item.partition("=")
+        label, eq, rest = item.partition("=")
+        src, _, settings = rest.partition(":")
         path = Path(src).resolve() if src != "." else proc.ROOT
         if not eq or not label or not (path / "embodied_ppo").is_dir():
-            raise cli_args.BadInput(f"--version {item}: expected LABEL=SRC, SRC a checkout")
+            raise cli_args.BadInput(
+                f"--version {item}: expected LABEL=SRC[:KEY=VALUE,...], SRC a checkout"
+            )
         link = None
         if path != proc.ROOT:
             link = links / label
             link.mkdir()
             (link / "embodied_ppo_envs").symlink_to(path / "envs")
-        out.append({"label": label, "src": str(path), "links": link})
+        alone = run_settings(settings.split(",")) if settings else []
+        out.append({"label": label, "src": str(path), "links": link, "alone": alone})
     return out
 
 
