@@ -68,6 +68,8 @@ class QuadrupedEnv(gym.Env):
             (0.27 m on the standing pose's targets, the knees sagging under the trunk's weight).
         air_time_target: the air time (s) a step must last for the feet_air_time term to be
             positive (legged_gym: 0.5 s; MuJoCo Playground's Go1: 0.1 s).
+        physics: "accurate" (every link touches the ground, the solver converges) or "fast"
+            (MuJoCo Playground's Go1 setup: see `quadruped_robot.PHYSICS`).
 
     Args:
         render_mode, width, height, camera_name: `rgb_array` frames (camera "track" follows

@@ -84,7 +84,7 @@ class QuadrupedBatch:
 
     def __init__(self, settings: TaskSettings, count: int, threads: int = 1) -> None:
         s = self.settings = settings
-        spec, terrain = robot_spec(s.terrain, s.terrain_options, s.kp, s.kd)
+        spec, terrain = robot_spec(s.terrain, s.terrain_options, s.kp, s.kd, physics=s.physics)
         self.robots = r = QuadrupedRobots(spec, terrain, s.fall_contacts, count, threads)
         self.count, self.dt, self.terrain = count, r.dt, terrain
         # Position actuators: the randomizers scale their gains, bias and force range.

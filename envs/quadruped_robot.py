@@ -42,16 +42,38 @@ TORQUE_LIMIT = np.tile([23.7, 23.7, 35.55], 4)
 KP, KD = 35.0, 0.5
 ACTION_SCALE = 0.5
 DECIMATION = 4  # physics steps per policy step: 200 Hz physics, 50 Hz policy
+# The physics a task may simulate. accurate: every link of the robot touches the ground (knees
+# are collisions, or falls), MuJoCo's Newton solver to convergence (10 iterations at most) and
+# implicit joint damping. fast: MuJoCo Playground's Go1 setup (mujoco_playground's
+# go1_mjx_feetonly.xml): only the feet, the hips and the trunk touch the ground, one solver
+# iteration of 5 line-search steps, explicit joint damping (0.01 N m s/rad, which the 200 Hz
+# step integrates stably either way). Their costs, side by side on the same states:
+# docs/bench/quadruped_speed.json (mj_step_per_s, mj_step_fast_per_s).
+PHYSICS = ("accurate", "fast")
 SPAWN_HEIGHT = 0.34  # trunk height at reset, m above the ground (feet 1-2 cm above it)
 
 
-def robot_spec(terrain: str, terrain_options: dict[str, Any] | None, kp: float, kd: float):
+def robot_spec(
+    terrain: str,
+    terrain_options: dict[str, Any] | None,
+    kp: float,
+    kd: float,
+    *,
+    physics: str = "accurate",
+) -> tuple[mujoco.MjSpec, FlatTerrain | RoughTerrain]:
     """The robot's MjSpec on its terrain, the motors made position actuators of gains `kp`,
-    `kd` and the torque limits as force ranges; and the terrain."""
+    `kd` and the torque limits as force ranges; and the terrain. `physics` "fast" is MuJoCo
+    Playground's cheaper Go1 setup (see `PHYSICS`)."""
     spec = mujoco.MjSpec.from_file(str(XML))
     ground: FlatTerrain | RoughTerrain = (
         FlatTerrain() if terrain == "flat" else make_terrain(spec, terrain_options)
     )
+    if physics == "fast":
+        for geom in spec.geoms:
+            if geom.name.endswith(("_thigh", "_calf")):
+                geom.contype = geom.conaffinity = 0  # no contact with the ground
+        spec.option.iterations, spec.option.ls_iterations = 1, 5
+        spec.option.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)
     for actuator, limit in zip(spec.actuators, TORQUE_LIMIT, strict=True):
         actuator.set_to_position(kp=kp, kv=kd)
         actuator.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE

@@ -11,7 +11,7 @@ from embodied_ppo_envs import taskconfig as tc
 from embodied_ppo_envs.commands import CommandSpec, parse_commands
 from embodied_ppo_envs.quadruped_observations import ACTOR_KEYS, PRIVILEGED_KEYS
 from embodied_ppo_envs.quadruped_rewards import REWARD_TERMS, RewardSettings
-from embodied_ppo_envs.quadruped_robot import ACTION_SCALE, KD, KP
+from embodied_ppo_envs.quadruped_robot import ACTION_SCALE, KD, KP, PHYSICS
 from embodied_ppo_envs.randomizer import RandomizationSpec, parse_randomization
 from embodied_ppo_envs.sim2real import parse_delay, parse_noise
 
@@ -46,6 +46,7 @@ class TaskSettings:
     kp: float
     kd: float
     fall_contacts: tuple[str, ...]
+    physics: str
 
 
 def parse_settings(
@@ -68,6 +69,7 @@ def parse_settings(
     fall_contacts: list[str] | tuple[str, ...] = ("trunk", "hip"),
     base_height_target: float = 0.28,
     air_time_target: float = 0.5,
+    physics: str = "accurate",
 ) -> TaskSettings:
     """The task's keyword arguments, checked; raises TaskConfigError naming the key."""
     weights = tc.mapping(rewards, "rewards")
@@ -94,6 +96,14 @@ def parse_settings(
         base_height_target=tc.number(base_height_target, "base_height_target", 0.1, 0.4),
         air_time_target=tc.number(air_time_target, "air_time_target", 0.0, 2.0),
     )
+    if physics not in PHYSICS:
+        raise tc.TaskConfigError("physics", f"got {physics!r}, allowed: {', '.join(PHYSICS)}")
+    untouched = [c for c in fall_contacts if c in ("thigh", "calf")]
+    if physics == "fast" and untouched:
+        raise tc.TaskConfigError(
+            "fall_contacts",
+            f"got {untouched[0]!r}: under physics fast, thighs and calves do not touch the ground",
+        )
     if terrain not in ("flat", "rough"):
         raise tc.TaskConfigError("terrain", f"got {terrain!r}, allowed: flat, rough")
     if terrain == "flat" and terrain_options:
@@ -111,4 +121,5 @@ def parse_settings(
         kp=tc.number(kp, "kp", low=0.0),
         kd=tc.number(kd, "kd", low=0.0),
         fall_contacts=tuple(fall_contacts),
+        physics=physics,
     )

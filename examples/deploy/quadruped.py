@@ -224,6 +224,7 @@ def main() -> None:
     pending = [np.zeros(12)] * args.delay  # actions on their way to the motors
     record: dict[str, list[np.ndarray]] = {k: [] for k in (*SENSOR_KEYS, "action")}
     measured = []  # the true velocity after each policy step
+    commanded = []  # the command of each policy step
     steps = round(args.seconds / (PHYSICS_DT * DECIMATION))
     wall = time.perf_counter()
     fell_at = None
@@ -254,6 +255,7 @@ def main() -> None:
             q, qd = robot.encoders()
             robot.apply(pd.torque(target, q, qd))
         measured.append(robot.velocity())
+        commanded.append(obs["command"].astype(np.float64))
         if fell_at is None and robot.tilt() > 1.0:
             fell_at = t
         if args.realtime:
@@ -269,6 +271,13 @@ def main() -> None:
     print(
         f"inference latency: p50 {np.percentile(latency, 50):.3f} ms, "
         f"p99 {np.percentile(latency, 99):.3f} ms, max {latency.max():.3f} ms"
+    )
+    # Tracking over the whole run, as training measures it: the mean over policy steps of the
+    # linear velocity's error (vx, vy) and of the yaw rate's.
+    error = np.asarray(commanded) - np.asarray(measured)
+    print(
+        f"tracking error over the run: {np.mean(np.hypot(error[:, 0], error[:, 1])):.3f} m/s, "
+        f"{np.mean(np.abs(error[:, 2])):.3f} rad/s"
     )
     # Tracking per command of the schedule, over the second half of its span (after the gait
     # has settled); commands the run ended before are left out.

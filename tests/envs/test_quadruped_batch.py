@@ -165,3 +165,20 @@ def test_the_actuators_follow_the_python_pd_loop_of_the_accurate_model():
         if terminated:
             break
     assert worst < 1e-9
+
+
+def test_fast_physics_leaves_out_the_leg_links_contacts_and_solves_in_one_iteration():
+    accurate = gym.make(FLAT).unwrapped
+    fast = gym.make(FLAT, physics="fast").unwrapped
+    m = fast.model
+    assert (m.opt.iterations, m.opt.ls_iterations) == (1, 5)
+    assert m.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)
+    touching = {mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in range(m.ngeom)
+                if m.geom_contype[g] or m.geom_conaffinity[g]}  # fmt: skip
+    assert {"floor", "trunk", "FR_hip", "FR_foot"} <= touching
+    assert not {"FR_thigh", "FR_calf", "RL_thigh"} & touching
+    # Only the contacts and the solver differ: the bodies, joints and actuators are the same.
+    for name in ("body_mass", "dof_armature", "jnt_range", "actuator_gainprm", "geom_size"):
+        np.testing.assert_array_equal(getattr(m, name), getattr(accurate.model, name))
+    with pytest.raises(ValueError, match="thighs and calves do not touch"):
+        gym.make(FLAT, physics="fast", fall_contacts=["trunk", "thigh"])

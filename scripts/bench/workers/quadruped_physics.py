@@ -5,12 +5,14 @@ steps per second the task and the vector env give on top of them.
     python -m scripts.bench.workers.quadruped_physics --config configs/quadruped_flat.yaml \\
         --steps 4000
 
-Three numbers, each a median over `--rounds`:
+The numbers, each a median over `--rounds`:
 
     mj_step/s        raw MuJoCo: the states of a rollout replayed (mj_setState, then one
                      mj_step of the same controls), the cost of setting the states subtracted;
                      the physics steps of one policy step (the task's decimation) divide it
                      into the limit in policy steps per second
+    mj_step/s fast   the same states under the task's "fast" physics (env.kwargs.physics),
+                     where the version of the task has it
     member steps/s   one env (`gymnasium.make` with the config's env.kwargs), stepped alone
     vector steps/s   the config's vector env as the collector sees it (`make_env`: its
                      num_envs, backend, processes and threads, clipping, checks and episode
@@ -102,6 +104,19 @@ def physics_rate(model, states) -> float:
     return len(states) / ((t2 - t1) - (t1 - t0))
 
 
+def fast_model(cfg):
+    """The config's robot under the task's "fast" physics (None where this version of the task
+    has none)."""
+    try:
+        from embodied_ppo_envs.quadruped_robot import robot_spec
+        from embodied_ppo_envs.quadruped_settings import parse_settings
+    except ImportError:
+        return None
+    s = parse_settings(**{**cfg.kwargs, "physics": "fast"})
+    spec, _ = robot_spec(s.terrain, s.terrain_options, s.kp, s.kd, physics="fast")
+    return spec.compile()
+
+
 def vector_rate(cfg, actions) -> float:
     """Env steps per second of the config's vector env (what the collector sees)."""
     from embodied_ppo.vecenv import make_env
@@ -130,15 +145,18 @@ def measure(args) -> dict:
     single = _actions(args.steps, 1, std, 0)
     vector_steps = max(1, args.steps // cfg.env.num_envs)
     batch = _actions(vector_steps, cfg.env.num_envs, std, 1)
-    rates: dict[str, list[float]] = {"mj_step": [], "member": [], "vector": []}
+    rates: dict[str, list[float]] = {"mj_step": [], "mj_step_fast": [], "member": [], "vector": []}
+    fast = fast_model(cfg.env)
     decimation = None
     for _ in range(args.rounds):
         member, model, states, policy_steps = member_rate(cfg.env, single)
         rates["member"].append(member)
         rates["mj_step"].append(physics_rate(model, states))
+        if fast is not None:  # the same states, under the fast physics
+            rates["mj_step_fast"].append(physics_rate(fast, states))
         rates["vector"].append(vector_rate(cfg.env, batch))
         decimation = round(len(states) / policy_steps)
-    med = {k: statistics.median(v) for k, v in rates.items()}
+    med = {k: statistics.median(v) if v else None for k, v in rates.items()}
     return {
         "config": args.config,
         "overrides": list(args.overrides),
@@ -149,6 +167,7 @@ def measure(args) -> dict:
         "physics_steps_per_policy_step": decimation,
         "mj_step_per_s": med["mj_step"],
         "limit_policy_steps_per_s": med["mj_step"] / decimation,
+        "mj_step_fast_per_s": med["mj_step_fast"],
         "member_steps_per_s": med["member"],
         "vector_steps_per_s": med["vector"],
         "rounds": rates,
