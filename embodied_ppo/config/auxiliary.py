@@ -89,8 +89,10 @@ def check_auxiliary(symmetry: SymmetryConfig, rnd: RNDConfig, rollout_steps: int
     require(r.output_size >= 1, f"algorithm.rnd.output_size: got {r.output_size}, expected >= 1")
     for i, h in enumerate(r.hidden_sizes):
         require(h >= 1, f"algorithm.rnd.hidden_sizes[{i}]: got {h}, expected an integer >= 1")
+    require(r.minibatches >= 1, f"algorithm.rnd.minibatches: got {r.minibatches}, expected >= 1")
+    # The split of a rollout's steps matters only to a predictor that trains.
     require(
-        r.minibatches >= 1 and rollout_steps % r.minibatches == 0,
+        not r.enabled or rollout_steps % r.minibatches == 0,
         f"algorithm.rnd.minibatches: got {r.minibatches}, expected a divisor of "
         f"algorithm.rollout_steps = {rollout_steps} (each is a share of the rollout's steps)",
     )

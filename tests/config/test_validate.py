@@ -210,3 +210,14 @@ def test_the_minibatch_hint_lists_the_largest_divisors_in_the_usual_range():
     hint = [int(d) for d in _divisors_hint(n).split(", ")]
     in_range = [d for d in range(32, 4097) if n % d == 0]
     assert hint == in_range[-4:]
+
+
+def test_the_rnd_split_of_a_rollout_is_checked_only_where_the_predictor_trains():
+    """algorithm.rnd.minibatches shares a rollout's steps among the predictor's steps: a
+    rollout of 7 steps refuses 4 shares with RND on, and does not care with RND off (its
+    default)."""
+    base = {"env": {"id": "CartPole-v1"}, "algorithm": {"rollout_steps": 7, "minibatch_size": 7}}
+    assert from_dict(base).algorithm.rnd.minibatches == 4
+    on = {**base, "algorithm": {**base["algorithm"], "rnd": {"enabled": True}}}
+    with pytest.raises(ConfigError, match=r"algorithm.rnd.minibatches: got 4, expected a divisor"):
+        from_dict(on)
