@@ -23,6 +23,7 @@ from embodied_ppo.io.files import atomic_write_bytes
 from embodied_ppo.io.render import configure_headless_gl
 from embodied_ppo.io.video import VideoWriter
 from embodied_ppo.model.inference import inference_net
+from embodied_ppo.runner.batched_eval import batched_episodes
 from embodied_ppo.runner.episodes import (
     Action,
     EpisodeRunner,
@@ -193,7 +194,15 @@ def evaluate_command(
 
             on_frame = (lambda _ep, frame: writer.append(frame)) if writer is not None else None
             seeds = eval_seeds(seed, episodes)
-            result = runner.run(actor(), seeds, on_frame=on_frame, on_episode=report)
+            # Where the task steps many envs itself, the episodes at once (bit for bit the same).
+            together = None if on_frame is not None else batched_episodes(cfg.env, actor(), seeds)
+            if together is not None:
+                result = together
+                every = len(result.successes) == len(result.returns)  # each reported one
+                for i, (ret, length) in enumerate(zip(result.returns, result.lengths)):
+                    report(i, ret, length, result.successes[i] if every else None)
+            else:
+                result = runner.run(actor(), seeds, on_frame=on_frame, on_episode=report)
             frames, size = (writer.frames, writer.size) if writer is not None else (0, None)
             if writer is not None:
                 writer.close()
@@ -208,11 +217,13 @@ def evaluate_command(
 
         sweep: list[JSONValue] = []
         for key, value, swept_cfg in swept:
-            runner = EpisodeRunner(swept_cfg.env)
-            try:
-                swept_result = runner.run(actor(), seeds)
-            finally:
-                runner.close()
+            swept_result = batched_episodes(swept_cfg.env, actor(), seeds)
+            if swept_result is None:
+                runner = EpisodeRunner(swept_cfg.env)
+                try:
+                    swept_result = runner.run(actor(), seeds)
+                finally:
+                    runner.close()
             sweep.append({"key": key, "value": value, **swept_result.summary()})
             print(f"{key}={value!r}: {_summary_line(swept_result, episodes)}", file=out, flush=True)
 

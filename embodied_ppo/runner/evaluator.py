@@ -17,6 +17,7 @@ from embodied_ppo.io.metrics import MetricsLogger
 from embodied_ppo.io.video import VideoWriter
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.inference import inference_net
+from embodied_ppo.runner.batched_eval import batched_episodes
 from embodied_ppo.runner.episodes import EpisodeRunner, deterministic_action, eval_seeds
 
 
@@ -109,12 +110,17 @@ class PeriodicEvaluator:
         frames: list[np.ndarray] = []
         film = self._films(when)
         global_step = when.end_step
-        result = self.runner.run(
-            deterministic_action(net),
-            self.seeds,
-            on_frame=(lambda _ep, f: frames.append(f)) if film else None,
-            record_episodes=1,
-        )
+        act = deterministic_action(net)
+        # The episodes at once where the task steps many envs itself (the same episodes, bit
+        # for bit); one by one where it does not, or where one is filmed.
+        result = None if film else batched_episodes(self.cfg.env, act, self.seeds)
+        if result is None:
+            result = self.runner.run(
+                act,
+                self.seeds,
+                on_frame=(lambda _ep, f: frames.append(f)) if film else None,
+                record_episodes=1,
+            )
         scalars = {
             "eval/episodic_return": result.mean_return,
             "eval/episodic_return_std": result.std_return,
