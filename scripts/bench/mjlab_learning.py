@@ -1,18 +1,25 @@
-"""Compare the two runs of scripts/bench/mjlab_learning.sh: this package and rsl_rl on mjlab's Go1.
+"""Compare the two runs of scripts/bench/mjlab_learning.sh (or of a window of
+scripts/bench/mjlab_relay.sh): this package and rsl_rl on mjlab's Go1.
 
     python -m scripts.bench.mjlab_learning OUT_DIR [--plot PATH]
 
-Reads OUT_DIR/ours/metrics.jsonl and OUT_DIR/rsl_rl/events.out.tfevents.* and prints, for both
-runs at a few iterations, mjlab's own episode log (the same code computes it for both, averaged
-over the episodes that ended in the iteration): the linear and angular velocity tracking
-rewards (an episode's sum per second of the 20 s episode: 2.0 is perfect tracking for a whole
-episode), mjlab's tracking-error metrics (each step's error over the steps of its longest
-command period, summed over the episode: compare them between runs, not with a velocity) and
-the number of envs a reset found fallen; then each run's own episode return and length (ours:
-the episodes ended in the iteration; rsl_rl: its last 100 episodes) and the training loop's
-time (ours: metrics.jsonl's `time`; rsl_rl: the sum of its collection and learning times),
-and the mean iteration time over the second half of the iterations. --plot draws the
-tracking rewards and the episode length against env steps.
+Reads OUT_DIR/ours/metrics.jsonl and OUT_DIR/rsl_rl/events.out.tfevents.* (every events file
+there: a relayed rsl_rl run writes one per window) and prints, for both runs at a few
+iterations, mjlab's own episode log (the same code computes it for both, averaged over the
+episodes that ended in the iteration): the linear and angular velocity tracking rewards (an
+episode's sum per second of the 20 s episode: 2.0 is perfect tracking for a whole episode),
+mjlab's tracking-error metrics (each step's error over the steps of its longest command period,
+summed over the episode: compare them between runs, not with a velocity) and the falls: the
+share of the ended episodes that ended by a fall, computed the same way on both sides from
+mjlab's termination log (its `fell_over` over the sum of its termination terms; rsl_rl averages
+mjlab's per-reset counts and this package their shares of the ended episodes, and the ratio is
+the same for both); then each run's own episode return and length (ours: the episodes ended in
+the iteration; rsl_rl: its last 100 episodes) and the training loop's time (ours:
+metrics.jsonl's `time`; rsl_rl: the sum of its collection and learning times), and the mean
+iteration time over the second half of the iterations. Where OUT_DIR holds probe_ours.json and
+probe_rsl_rl.json (scripts.bench.mjlab_probe), the velocity each policy achieved against the one
+commanded is printed beside. --plot draws the tracking rewards and the episode length against
+env steps.
 """
 
 from __future__ import annotations
@@ -30,15 +37,24 @@ ERR_XY = "Metrics/twist/error_vel_xy"
 ERR_YAW = "Metrics/twist/error_vel_yaw"
 FELL = "Episode_Termination/fell_over"
 TRACK_YAW = "Episode_Reward/track_angular_velocity"
+TERMINATIONS = "Episode_Termination/"
+FALLS = "falls (of ends)"
 COLUMNS = {  # column -> (ours' key, rsl_rl's tag)
     "track_lin (of 2)": (TRACK, TRACK),
     "track_yaw (of 2)": (TRACK_YAW, TRACK_YAW),
     "err_xy": (ERR_XY, ERR_XY),
     "err_yaw": (ERR_YAW, ERR_YAW),
-    "fell_over": (FELL, FELL),
+    FALLS: (FELL, FELL),  # as a share of all ends: see falls()
     "return": ("charts/episodic_return", "Train/mean_reward"),
     "ep length": ("charts/episodic_length", "Train/mean_episode_length"),
 }
+
+
+def falls(fell: float, terms: list[float]) -> float | None:
+    """The share of ended episodes that fell: mjlab's fall term over the sum of its termination
+    terms (means of counts per reset, or shares of the ends: the ratio is the same)."""
+    total = sum(terms)
+    return fell / total if total > 0 else None
 
 
 def ours(path: Path) -> dict[int, dict[str, float]]:
@@ -47,6 +63,9 @@ def ours(path: Path) -> dict[int, dict[str, float]]:
     for line in path.read_text().splitlines():
         row = json.loads(line)
         got = {col: row[key] for col, (key, _) in COLUMNS.items() if key in row}
+        ends = [v for k, v in row.items() if k.startswith(TERMINATIONS)]
+        if FELL in row and falls(row[FELL], ends) is not None:
+            got[FALLS] = falls(row[FELL], ends)
         got.update(steps=row["global_step"], time=row["time"])
         rows[int(row["iteration"])] = got
     return rows
@@ -59,12 +78,15 @@ def rsl_rl(directory: Path, envs: int) -> dict[int, dict[str, float]]:
     files = sorted(glob.glob(str(directory / "events.out.tfevents.*")))
     if not files:
         raise BadInput(f"no TensorBoard events in {directory}")
-    acc = EventAccumulator(files[-1], size_guidance={"scalars": 0})
-    acc.Reload()
-    tags = set(acc.Tags()["scalars"])
+    scalars: dict[str, dict[int, float]] = {}
+    for path in files:  # a relayed run: one file a window, iterations numbered on
+        acc = EventAccumulator(path, size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
 
     def series(tag: str) -> dict[int, float]:
-        return {e.step: e.value for e in acc.Scalars(tag)} if tag in tags else {}
+        return scalars.get(tag, {})
 
     collect, learn = series("Perf/collection_time"), series("Perf/learning_time")
     rows: dict[int, dict[str, float]] = {}
@@ -76,7 +98,37 @@ def rsl_rl(directory: Path, envs: int) -> dict[int, dict[str, float]]:
         for it, value in series(tag).items():
             if it + 1 in rows:
                 rows[it + 1][col] = value
+    ends = [series(t) for t in scalars if t.startswith(TERMINATIONS)]
+    for it, fell in series(FELL).items():
+        share = falls(fell, [e[it] for e in ends if it in e])
+        if it + 1 in rows and share is not None:
+            rows[it + 1][FALLS] = share
     return rows
+
+
+def probes(out_dir: Path) -> str | None:
+    """The velocity each policy achieved against the one commanded, side by side (None where
+    the probes were not run)."""
+    runs = {}
+    for name in ("ours", "rsl_rl"):
+        path = out_dir / f"probe_{name}.json"
+        if path.is_file():
+            runs[name] = {tuple(r["command"]): r for r in json.loads(path.read_text())["rows"]}
+    if not runs:
+        return None
+    lines = ["| command vx, vy, yaw | " + " | ".join(f"{n}: achieved vx, vy, yaw (falls)" for n in runs) + " |",
+             "|---|" + "---|" * len(runs)]  # fmt: skip
+    for command in sorted({c for rows in runs.values() for c in rows}):
+        cells = []
+        for rows in runs.values():
+            r = rows.get(command)
+            cells.append(
+                "-"
+                if r is None
+                else ", ".join(f"{v:+.2f}" for v in r["achieved"]) + f" ({r['falls']})"
+            )
+        lines.append(f"| {', '.join(f'{v:+.2f}' for v in command)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(runs: dict[str, dict[int, dict[str, float]]], marks: list[int]) -> str:
@@ -121,6 +173,11 @@ def compare(args) -> None:
     if not metrics.is_file():
         raise BadInput(f"{metrics} not found (run scripts/bench/mjlab_learning.sh first)")
     runs = {"embodied-ppo": ours(metrics), "rsl_rl": rsl_rl(args.out_dir / "rsl_rl", args.envs)}
+    for name in [n for n, rows in runs.items() if not rows]:
+        print(f"{name}: no iteration logged yet")
+        del runs[name]
+    if not runs:
+        raise BadInput(f"{args.out_dir}: neither run logged an iteration")
     last = min(max(rows) for rows in runs.values())
     marks = sorted({max(1, last * k // 4) for k in (1, 2, 3, 4)})
     print(table(runs, marks))
@@ -133,6 +190,10 @@ def compare(args) -> None:
         wall = args.out_dir / f"{'ours' if name == 'embodied-ppo' else 'rsl_rl'}.wall_s"
         if wall.is_file():
             print(f"{name}: process wall time {wall.read_text().strip()} s")
+    probed = probes(args.out_dir)
+    if probed is not None:
+        print("commanded against achieved velocity (scripts.bench.mjlab_probe):")
+        print(probed)
     if args.plot:
         plot(runs, args.plot)
         print(f"plot: {args.plot}")

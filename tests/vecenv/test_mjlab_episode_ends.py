@@ -146,3 +146,26 @@ def test_a_finite_horizon_ends_its_episodes_by_termination(mjlab):
     # The time limit's resets run inside mjlab's step: no second pass.
     assert calls == Counter(forward=5, observations=5)
     envs.close()
+
+
+def test_the_reset_benchmark_compares_the_three_designs(mjlab):
+    import subprocess
+    import sys
+
+    from support import ROOT
+
+    # Episodes of 3 steps and small actions: time-outs at steps 3 and 6, no falls; ours and the
+    # design before pay a second pass on those two steps, mjlab's own loop none.
+    args = [
+        sys.executable, "-m", "scripts.bench.mjlab_resets", "configs/mjlab_go1_flat.yaml",
+        "env.num_envs=4", "algorithm.minibatch_size=32", "env.max_episode_steps=3",
+        "--steps", "6", "--action-scale", "0.05",
+    ]  # fmt: skip
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in done.stdout.splitlines()
+            if line.startswith("| ") and "design" not in line}  # fmt: skip
+    assert set(rows) == {"ours", "after-step", "mjlab"}
+    passes = {name: float(cells[2]) for name, cells in rows.items()}
+    assert passes == {"ours": 1.333, "after-step": 1.333, "mjlab": 1.0}
+    assert all(int(cells[4]) == 8 for cells in rows.values())  # 4 envs, twice

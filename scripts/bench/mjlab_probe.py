@@ -1,0 +1,161 @@
+"""Commanded against achieved velocity: an exported policy of an mjlab velocity task held to
+fixed commands in mjlab, the same way whichever trainer made it.
+
+    python -m scripts.bench.mjlab_probe POLICY.onnx --task Mjlab-Velocity-Flat-Unitree-Go1 \\
+        --commands 0.5,0,0 1.0,0,0 1.5,0,0 0,0,0.5 --envs 64 --seconds 10 [--json OUT.json]
+
+POLICY.onnx is this package's export (`embodied-ppo export RUN --format onnx`) or the ONNX
+file mjlab's rsl_rl training writes beside its checkpoints: the policy reads mjlab's actor
+group (one input: that group; several: the groups by name) and returns the actions. For each
+command (vx, vy in m/s, yaw rate in rad/s, in the robot's frame), `--envs` robots of the task's
+play configuration (no observation noise, no pushes, episodes without a time limit) are given
+that command and nothing else for `--seconds`; reported are the mean and spread over the robots
+of the velocity they achieved over the second half (after the gait settled), as mjlab measures
+it (the root link's, in its own frame), and how many fell. `--task` defaults to the one the
+export's JSON names. `--device cuda` steps mjlab on the GPU; the policy runs in onnxruntime on
+the CPU either way (a probe, not a benchmark).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from scripts.bench.lib import args as cli_args
+
+MODULE = "scripts.bench.mjlab_probe"
+
+
+def build_parser() -> cli_args.Parser:
+    """The probe's command line."""
+    p = cli_args.parser(MODULE, __doc__)
+    p.add_argument("policy", type=Path)
+    p.add_argument("--task", help="the mjlab task id (default: the export's)")
+    p.add_argument("--commands", nargs="+", default=["0.5,0,0", "1.0,0,0", "0,0,0.5"],
+                   metavar="VX,VY,YAW")  # fmt: skip
+    p.add_argument("--envs", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", type=Path, help="write the rows here too")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the probe with `argv` (the process's arguments when None)."""
+    return cli_args.run_main(build_parser(), probe, argv)
+
+
+def _commands(items: list[str]) -> list[tuple[float, float, float]]:
+    out = []
+    for item in items:
+        parts = item.split(",")
+        try:
+            values = tuple(float(v) for v in parts)
+        except ValueError:
+            values = ()
+        if len(values) != 3:
+            raise cli_args.BadInput(f"--commands: got {item!r}; each is VX,VY,YAW")
+        out.append(values)
+    return out
+
+
+def _task(args) -> str:
+    if args.task:
+        return args.task
+    meta = args.policy.with_name(args.policy.name + ".json")
+    if meta.is_file():
+        block = json.loads(meta.read_text()).get("mjlab") or {}
+        if block.get("task"):
+            return str(block["task"])
+    raise cli_args.BadInput(
+        f"--task: {args.policy} has no export JSON naming its task; give --task"
+    )
+
+
+def fixed_command_env(task: str, envs: int, command: tuple[float, float, float], device):
+    """The task's play configuration with every robot commanded `command`, for good."""
+    from embodied_ppo.config.building import from_dict
+    from embodied_ppo.vecenv.mjlab_tasks import build, quietly, task_config
+
+    cfg = from_dict({"env": {"id": task, "backend": "mjlab", "num_envs": envs},
+                     "model": {"actor_obs_keys": ["actor"]},
+                     "algorithm": {"minibatch_size": envs}}).env  # fmt: skip
+    env_cfg = task_config(cfg, envs, 0, play=True)
+    twist = env_cfg.commands["twist"]
+    twist.heading_command, twist.ranges.heading = False, None
+    twist.rel_standing_envs = twist.rel_world_envs = twist.rel_forward_envs = 0.0
+    twist.init_velocity_prob = 0.0
+    twist.resampling_time_range = (1e9, 1e9)
+    vx, vy, yaw = command
+    twist.ranges.lin_vel_x, twist.ranges.lin_vel_y, twist.ranges.ang_vel_z = (
+        (vx, vx),
+        (vy, vy),
+        (yaw, yaw),
+    )
+    env_cfg.auto_reset = True  # a fallen robot starts again, and counts
+    env = build(env_cfg, device)
+    quietly(env.reset, seed=0)
+    return env
+
+
+def run_one(session, env, seconds: float) -> dict:
+    """Drive `env` with the ONNX policy for `seconds`: the achieved velocities and falls."""
+    import numpy as np
+    import torch
+
+    names = [i.name for i in session.get_inputs()]
+    steps = max(2, round(seconds / env.step_dt))
+    obs = env.observation_manager.compute()
+    robot = env.scene["robot"]
+    achieved, falls = [], 0
+    for step in range(steps):
+        feed = {
+            n: obs["actor" if len(names) == 1 else n].cpu().numpy().astype(np.float32)
+            for n in names
+        }
+        action = torch.as_tensor(session.run(None, feed)[0], device=env.device)
+        obs, _, terminated, _, _ = env.step(action)
+        falls += int(terminated.sum())
+        if step >= steps // 2:
+            velocity = torch.cat(
+                [robot.data.root_link_lin_vel_b[:, :2], robot.data.root_link_ang_vel_b[:, 2:]], 1
+            )
+            achieved.append(velocity.cpu().numpy())
+    per_robot = np.mean(achieved, axis=0)  # (envs, 3)
+    return {
+        "achieved": per_robot.mean(0).tolist(),
+        "spread": per_robot.std(0).tolist(),
+        "falls": falls,
+    }
+
+
+def probe(args) -> None:
+    """Each command in turn; print the rows (and write them with --json)."""
+    import onnxruntime as ort
+    import torch
+
+    if not args.policy.is_file():
+        raise cli_args.BadInput(f"{args.policy}: no such ONNX file")
+    task, commands = _task(args), _commands(args.commands)
+    session = ort.InferenceSession(str(args.policy), providers=["CPUExecutionProvider"])
+    rows = []
+    print(f"{args.policy.name} on {task}, {args.envs} robots x {args.seconds:g} s a command:")
+    print("| command vx, vy, yaw | achieved vx | achieved vy | achieved yaw | falls |")
+    print("|---|---:|---:|---:|---:|")
+    for command in commands:
+        env = fixed_command_env(task, args.envs, command, torch.device(args.device))
+        row = {"command": list(command), **run_one(session, env, args.seconds)}
+        env.close()
+        rows.append(row)
+        (a, s) = row["achieved"], row["spread"]
+        print(f"| {command[0]:+.2f}, {command[1]:+.2f}, {command[2]:+.2f} | {a[0]:+.2f} ± {s[0]:.2f} "
+              f"| {a[1]:+.2f} ± {s[1]:.2f} | {a[2]:+.2f} ± {s[2]:.2f} | {row['falls']} |")  # fmt: skip
+    if args.json:
+        record = {"policy": str(args.policy), "task": task, "envs": args.envs,
+                  "seconds": args.seconds, "rows": rows}  # fmt: skip
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
