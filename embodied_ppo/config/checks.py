@@ -39,7 +39,10 @@ def _check_env(cfg: Config) -> None:
     e = cfg.env
     require(e.id is not None and e.id.strip() != "", "env.id: required, e.g. env.id=Humanoid-v5")
     require(e.num_envs >= 1, f"env.num_envs: got {e.num_envs}, expected an integer >= 1")
-    require(e.threads >= 1, f"env.threads: got {e.threads}, expected an integer >= 1")
+    require(
+        e.threads is None or e.threads >= 1,
+        f"env.threads: got {e.threads}, expected null or an integer >= 1",
+    )
     require(e.processes >= 1, f"env.processes: got {e.processes}, expected an integer >= 1")
     require(
         e.processes == 1 or e.backend == "sync",
@@ -53,7 +56,7 @@ def _check_env(cfg: Config) -> None:
         "most one process per env",
     )
     require(
-        e.threads == 1 or e.backend == "sync",
+        e.threads in (1, None) or e.backend == "sync",
         f"env.threads: got {e.threads} with backend {e.backend!r}; threads apply to the sync backend "
         "(async uses one process per env, envpool one thread per core): add env.threads=1",
     )

@@ -51,7 +51,11 @@ class EnvConfig:
         "mjlab: mjlab's MuJoCo Warp tasks, batched on the training device",
     )
     processes: int = _key(1, "sync backend: processes stepping the envs, this one included")
-    threads: int = _key(1, "sync backend: threads stepping each process's envs")
+    threads: int | None = _key(
+        1,
+        "sync backend: threads stepping each process's envs; null: the usable cores, shared "
+        "among the env processes (and a torchrun's processes on the host)",
+    )
     batched: bool = _key(
         True,
         "sync backend: step the task's own vector env (its Gymnasium vector_entry_point, e.g. "

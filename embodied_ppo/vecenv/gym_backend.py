@@ -26,6 +26,7 @@ from embodied_ppo.config.schema import EnvConfig
 from embodied_ppo.core.errors import TrainingError
 from embodied_ppo.core.obs import map_obs as obs_map
 from embodied_ppo.core.obs import set_obs as obs_set
+from embodied_ppo.core.system import usable_cores
 from embodied_ppo.core.text import first_line
 from embodied_ppo.core.types import CheckpointState
 from embodied_ppo.io.render import gl_failure_hint
@@ -88,6 +89,15 @@ def _quiet_worker_errors() -> Iterator[None]:
         yield
 
 
+def env_threads(cfg: EnvConfig) -> int:
+    """The threads stepping each env process's envs: `env.threads`, or where it is null the
+    usable cores shared among the env processes and the torchrun processes of this host."""
+    if cfg.threads is not None:
+        return cfg.threads
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, usable_cores() // (local * cfg.processes))
+
+
 def _make_member(
     cfg: EnvConfig, index: int, main_pid: int, spec: gym.envs.registration.EnvSpec | None = None
 ) -> gym.Env:
@@ -138,12 +148,12 @@ class GymnasiumVecEnv:
             # Each process's group of envs: the task's own vector env where it has one.
             group = functools.partial(TaskVectorGroup, cfg) if vector_entry(cfg) else None
             self.env = ProcessVectorEnv(  # type: ignore[assignment]
-                fns, cfg.processes, cfg.threads, group=group
+                fns, cfg.processes, env_threads(cfg), group=group
             )
         elif vector_entry(cfg) is not None:
-            self.env = TaskVectorGroup(cfg, range(cfg.num_envs), cfg.threads)  # type: ignore[assignment]
+            self.env = TaskVectorGroup(cfg, range(cfg.num_envs), env_threads(cfg))  # type: ignore[assignment]
         else:
-            self.env = SerialVectorEnv(fns, cfg.threads)  # type: ignore[assignment]
+            self.env = SerialVectorEnv(fns, env_threads(cfg))  # type: ignore[assignment]
         self.info = describe_spaces(self.env.single_observation_space, self.env.single_action_space)
         if self.info.action_kind == "gaussian":
             self._low = np.asarray(self.info.action_low, dtype=np.float32)

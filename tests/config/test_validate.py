@@ -64,7 +64,7 @@ from embodied_ppo.runner.preflight import check_run, inference_path, resolve_dev
         ({"trainer": {"total_steps": 0}}, "trainer.total_steps: got 0"),
         ({"env": {"id": None}}, "env.id: required"),
         ({"algorithm": 3}, "algorithm: got 3, expected a mapping"),
-        ({"env": {"threads": 0}}, "env.threads: got 0, expected an integer >= 1"),
+        ({"env": {"threads": 0}}, "env.threads: got 0, expected null or an integer >= 1"),
         (
             {"env": {"threads": 2, "backend": "async"}},
             "env.threads: got 2 with backend 'async'",

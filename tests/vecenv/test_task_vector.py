@@ -18,6 +18,8 @@ from gymnasium.vector import AutoresetMode
 from embodied_ppo.core.errors import ConfigError
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.runner.trainer import Trainer
+from embodied_ppo.vecenv import gym_backend
+from embodied_ppo.vecenv.gym_backend import env_threads
 from embodied_ppo.vecenv.serial import SerialVectorEnv
 from embodied_ppo.vecenv.task_vector import TaskVectorGroup, vector_entry
 from embodied_ppo.vecenv.workers import ProcessVectorEnv
@@ -65,6 +67,7 @@ def test_a_run_through_the_vector_env_equals_the_run_through_env_objects(tmp_pat
     for name, env in {
         "batched": {},
         "threads": {"threads": 2},
+        "threads per core": {"threads": None},
         "processes": {"processes": 2},
         "both": {"processes": 2, "threads": 2},
     }.items():
@@ -136,3 +139,14 @@ def test_a_vector_env_that_resets_on_the_next_step_is_one_line():
         assert "\n" not in str(info.value)
     finally:
         del gym.registry["EmbodiedPPOTestNextStep-v0"]
+
+
+def test_null_threads_are_the_usable_cores_shared_among_the_processes(monkeypatch):
+    monkeypatch.setattr(gym_backend, "usable_cores", lambda: 16)
+    assert env_threads(quadruped(threads=None).env) == 16
+    assert env_threads(quadruped(threads=None, processes=2).env) == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # four torchrun processes on this host
+    assert env_threads(quadruped(threads=None, processes=2).env) == 2
+    assert env_threads(quadruped(threads=3).env) == 3
+    monkeypatch.setattr(gym_backend, "usable_cores", lambda: 2)
+    assert env_threads(quadruped(threads=None, processes=2).env) == 1  # at least one
