@@ -122,4 +122,14 @@ def await_change(control: np.ndarray, index: int, old: int, spin: float, conn: C
     return True
 
 
+def await_value(control: np.ndarray, index: int, value: int, alive: Callable[[], bool]) -> bool:
+    """Spin until control[index] == value while `alive()` (a worker whose message is already on
+    the pipe, ahead of its counter); False if it ended first."""
+    while control[index] != value:
+        if not alive():
+            return bool(control[index] == value)
+        _yield()
+    return True
+
+
 _yield: Callable[[], None] = getattr(os, "sched_yield", lambda: None)

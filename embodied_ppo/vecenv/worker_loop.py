@@ -109,8 +109,10 @@ def serve(
                     if log is not None:
                         logs.append((i, log))
                 if logs:  # on the pipe before the counter rises: there when it is read
-                    conn.send(("logs", logs))
+                    # The flag first: the main process, seeing the pipe readable before the
+                    # counter rises, tells these logs from a closed pipe by it.
                     control[LOGS] = 1
+                    conn.send(("logs", logs))
             except BaseException as exc:
                 control[FAILED] = 1
                 reply = ("error", _picklable(exc))

@@ -60,6 +60,7 @@ from embodied_ppo.vecenv.shared import (
     WAIT_SPIN_SECONDS,
     SharedArrays,
     await_change,
+    await_value,
     can_spin,
     doorbell_action,
 )
@@ -312,7 +313,11 @@ class ProcessVectorEnv:
         results: list[list[Ended]] = []
         for w, (conn, control) in enumerate(zip(self._conns, self._controls, strict=True)):
             results.append([])
-            if not await_change(control, DONE, self._asked - 1, WAIT_SPIN_SECONDS, conn):
+            done = await_change(control, DONE, self._asked - 1, WAIT_SPIN_SECONDS, conn)
+            if not done and control[LOGS]:
+                # The step's logs reached the pipe just before its counter rose.
+                done = await_value(control, DONE, self._asked, self.processes[w].is_alive)
+            if not done:
                 # Its pipe has something instead of the step: it died (EOF).
                 self.processes[w].join(timeout=5)
                 error = error or WorkerDied(self._describe(w))
