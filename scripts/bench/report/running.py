@@ -42,6 +42,15 @@ CATALOG: tuple[Entry, ...] = (
         "(the records, beside other work)",
     ),
     Entry(
+        "scripts.bench.variants",
+        "python -m scripts.bench.variants configs/mountaincar_rnd.yaml --variant rnd= "
+        "--variant ppo=algorithm.rnd.enabled=false --seeds 100-109 --target 90 --jobs 2 "
+        "--out docs/bench/variants_mountaincar_rnd.json",
+        "the results file of --out (`--report` prints its table)",
+        "per run, one core: the config's training and its evaluations (mountaincar_rnd.yaml: "
+        "about 1-1.5 min, estimated)",
+    ),
+    Entry(
         "scripts.bench.whole_process",
         "python -m scripts.bench.whole_process --rounds 5",
         "docs/bench/whole_process.json (then `python -m scripts.bench.headlines`)",
