@@ -48,7 +48,7 @@ CATALOG: tuple[Entry, ...] = (
         "--out docs/bench/variants_mountaincar_rnd.json",
         "the results file of --out (`--report` prints its table)",
         "per run, one core: the config's training and its evaluations (mountaincar_rnd.yaml: "
-        "about 1-1.5 min, estimated)",
+        "17-35 s beside other trainings, the record's wall times)",
     ),
     Entry(
         "scripts.bench.whole_process",

@@ -87,7 +87,7 @@ def report_lines(results: dict, path: str, target: float | None = None) -> list[
     at = f"at the target (>= {target:g})" if target is not None else "at the target"
     lines = [
         f"`{results['config']}`: each seed's policy scored on {episodes} deterministic episodes "
-        f"(`embodied-ppo eval --episodes {episodes} --seed {EVAL_SEED}`); IQM over seeds "
+        f"(`embodied-ppo eval RUN --episodes {episodes} --seed {EVAL_SEED}`); IQM over seeds "
         f"[95% bootstrap CI, {stats.RESAMPLES:,} resamples], median, worst seed, seeds at "
         "the target; mean training wall time per run. From "
         f"{path} (`python -m scripts.bench.variants --report --out {path}`).",
