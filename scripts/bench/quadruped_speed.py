@@ -49,16 +49,26 @@ PAIR_SETTINGS = ["trainer.torch_threads=1", "env.threads=1", "env.processes=1"]
 
 
 def steady_rate(run: Path, skip: int) -> dict:
-    """A run's steady env steps per second (after iteration `skip`) and its last step."""
+    """A run's steady env steps per second (after iteration `skip`), its last step, and the
+    median seconds an iteration collected and updated and an evaluation took."""
     rows = [r for r in metrics(run) if "time" in r]
     first = next((r for r in rows if r["iteration"] >= skip), rows[0])
     last = rows[-1]
     seconds = last["time"] - first["time"]
     steps = last["global_step"] - first["global_step"]
+    steady = [r for r in rows if r["iteration"] >= skip]
+
+    def median(key: str) -> float | None:
+        values = [r[key] for r in steady if key in r]
+        return statistics.median(values) if values else None
+
     return {
         "steps_per_s": steps / seconds if seconds > 0 else None,
         "from_step": first["global_step"],
         "to_step": last["global_step"],
+        "collect_s": median("charts/collect_time"),
+        "update_s": median("charts/update_time"),
+        "eval_s": median("eval/time"),
     }
 
 
