@@ -21,6 +21,12 @@ labels already there:
                 (default: one core each: trainer.torch_threads=1 env.threads=1
                 env.processes=1), as several runs share a machine (docs/performance.md)
 
+With `--model ONE TWO` (two labels of one code: trained on one thread, and with two env
+processes and two update threads) it predicts the config's rate on 2, 4 and 16 cores from
+their costs per env step (`lib.legged.cores_model`: the physics over every core, the env's own
+Python over the processes, the policy's inference alone, the update by Amdahl's law from its
+1- and 2-thread times), written into TWO's entry as `cores_model`; 2 cores is measured too.
+
 A training's rate is its steady one: env steps per second from the end of its `--skip`-th
 iteration (compiling the update and the first evaluation behind it) to its last, read from its
 metrics.jsonl; its whole process's seconds are kept too. The machine's load average before
@@ -40,7 +46,7 @@ import time
 from pathlib import Path
 
 from scripts.bench.lib import args as cli_args
-from scripts.bench.lib import proc, records
+from scripts.bench.lib import legged, proc, records
 from scripts.bench.lib.runs import metrics, run_settings
 
 MODULE = "scripts.bench.quadruped_speed"
@@ -62,10 +68,13 @@ def steady_rate(run: Path, skip: int) -> dict:
         values = [r[key] for r in steady if key in r]
         return statistics.median(values) if values else None
 
+    evals = sum(1 for r in steady if "eval/time" in r)
     return {
         "steps_per_s": steps / seconds if seconds > 0 else None,
         "from_step": first["global_step"],
         "to_step": last["global_step"],
+        "batch": rows[-1]["global_step"] - rows[-2]["global_step"] if len(rows) > 1 else None,
+        "eval_per_step_s": (median("eval/time") or 0.0) * evals / steps if steps else None,
         "collect_s": median("charts/collect_time"),
         "update_s": median("charts/update_time"),
         "eval_s": median("eval/time"),
@@ -170,6 +179,27 @@ def summary(label: str, entry: dict) -> list[str]:
     return lines
 
 
+def model(measured: dict[str, dict], one: str, two: str) -> dict[str, float] | None:
+    """Predicted steps/s on 2, 4 and 16 cores (`legged.cores_model`) from the version `one`
+    (trained on one thread) and `two` (the same code, two env processes and two update threads),
+    where both trained alone with their times recorded."""
+    try:
+        a, b = measured[one], measured[two]
+        ph, run1, run2 = a["physics"][0], a["alone"][0], b["alone"][0]
+        batch = run1["batch"]
+        costs = legged.Costs(
+            physics_us=1e6 * ph["physics_steps_per_policy_step"] / ph["mj_step_per_s"],
+            env_us=1e6 / ph["vector_steps_per_s"],
+            collect_us=1e6 * run1["collect_s"] / batch,
+            update_us=1e6 * run1["update_s"] / batch,
+            update2_us=1e6 * run2["update_s"] / batch,
+            eval_us=1e6 * run1["eval_per_step_s"],
+        )
+    except (KeyError, TypeError, IndexError, ZeroDivisionError):
+        return None
+    return {str(n): legged.cores_model(costs, n) for n in (2, 4, 16)}
+
+
 def build_parser() -> cli_args.Parser:
     """The command line."""
     p = cli_args.parser(MODULE, __doc__)
@@ -186,6 +216,9 @@ def build_parser() -> cli_args.Parser:
     p.add_argument("--skip-part", action="append", default=[],
                    choices=["physics", "alone", "two_runs"])  # fmt: skip
     p.add_argument("--out", type=Path, default=RECORD)
+    p.add_argument("--model", nargs=2, metavar=("ONE_THREAD", "TWO_PROCESSES"), default=None,
+                   help="two labels of one code, trained on one thread and with two env "
+                        "processes: predict 2, 4 and 16 cores from their costs")  # fmt: skip
     return p
 
 
@@ -221,16 +254,25 @@ def main(argv: list[str] | None = None) -> int:
                 "--steps must be at least 10000, --skip and --rounds at least 1"
             )
         run_settings(args.set)
+        labels = [v.partition("=")[0] for v in args.version] or ["current"]
+        if args.model and not set(args.model) <= set(labels):
+            raise cli_args.BadInput(f"--model {' '.join(args.model)}: not labels of --version")
         results = records.read_results(args.out, records="provenance", name=MODULE)
         with tempfile.TemporaryDirectory() as links:
             versions = versions_of(args, Path(links))
             measured = measure(args, versions)
         settings = {"config": args.config, "steps": args.steps, "skip": args.skip,
                     "rounds": args.rounds, "pair_settings": args.set or PAIR_SETTINGS}  # fmt: skip
+        predicted = model(measured, *args.model) if args.model else None
         for label, entry in measured.items():
             results[label] = {**entry, "settings": settings,
                               "provenance": records.provenance(MODULE, argv)}  # fmt: skip
+            if predicted is not None and label == args.model[1]:
+                results[label]["cores_model"] = predicted
             print("\n".join(summary(label, entry)))
+        if predicted is not None:
+            print("predicted steps/s by cores: "
+                  + ", ".join(f"{n}: {r:,.0f}" for n, r in predicted.items()))  # fmt: skip
         records.write_results(args.out, results)
         print(f"wrote {args.out}")
 

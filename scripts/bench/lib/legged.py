@@ -140,3 +140,40 @@ def sweep_falls(ev: dict) -> tuple[int, int]:
     rows = [ev] + [s for s in ev.get("sweep", []) if (s["key"], str(s["value"])) in IN_BOUNDS]
     falls = sum(round(s["fall_rate"] * ev["episodes"]) for s in rows)
     return falls, len(rows) * ev["episodes"]
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured costs per env step (microseconds) of the quadruped's training, what
+    `cores_model` predicts from.
+
+    Attributes:
+        physics_us: MuJoCo's physics steps of one env step, one core.
+        env_us: the vector env's whole step per env, one core (physics included).
+        collect_us: a training's collection per env step, everything on one core (the env, the
+            policy's inference, the collector's bookkeeping).
+        update_us: its update per env step on one thread; `update2_us` on two.
+        eval_us: its periodic evaluation's time per env step trained.
+    """
+
+    physics_us: float
+    env_us: float
+    collect_us: float
+    update_us: float
+    update2_us: float
+    eval_us: float
+
+
+def cores_model(c: Costs, cores: int, processes: int = 2) -> float:
+    """Predicted training env steps per second on `cores` cores with the quadruped configs'
+    settings (`processes` env processes, each with its share of the cores for the physics,
+    the update on every core): the physics parallel over every core, the env's own Python
+    over the processes, the policy's inference and the collector's work in the training
+    process alone, the update by Amdahl's law fitted to its 1- and 2-thread times, the
+    evaluation as measured (one process)."""
+    python_us = max(0.0, c.env_us - c.physics_us)
+    serial_us = max(0.0, c.collect_us - c.env_us)
+    collect = c.physics_us / cores + python_us / min(processes, cores) + serial_us
+    serial_part = min(1.0, max(0.0, 2.0 * c.update2_us / c.update_us - 1.0))
+    update = c.update_us * (serial_part + (1.0 - serial_part) / cores)
+    return 1e6 / (collect + update + c.eval_us)

@@ -177,3 +177,19 @@ def test_the_physics_worker_measures_mujoco_against_the_env_on_the_states_traini
     # Rates, not compared here (a test asserts no timing): the benchmark's record compares them.
     assert out["member_steps_per_s"] > 0 and out["vector_steps_per_s"] > 0
     assert out["num_envs"] == 4 and len(out["rounds"]["mj_step"]) == 1
+
+
+def test_the_cores_model_gives_back_its_measurements_and_is_bounded_by_the_serial_parts():
+    from scripts.bench.lib.legged import Costs, cores_model
+
+    c = Costs(physics_us=50, env_us=70, collect_us=90, update_us=40, update2_us=25, eval_us=5)
+    # On one core (one process) it is the measured one-thread run: 90 + 40 + 5 us a step.
+    assert cores_model(c, 1, processes=1) == pytest.approx(1e6 / 135)
+    # On two: the physics halved, the env's Python over both processes, the update's 2-thread
+    # time: 25 + 10 + 20 (inference and bookkeeping) + 25 + 5.
+    assert cores_model(c, 2) == pytest.approx(1e6 / 85)
+    rates = [cores_model(c, n) for n in (2, 4, 16, 1024)]
+    assert rates == sorted(rates)
+    # What never parallelizes bounds it: inference and bookkeeping, the update's serial part
+    # (10 us: Amdahl's law through 40 and 25), the env's Python over two processes, evaluation.
+    assert rates[-1] < 1e6 / (20 + 10 + 10 + 5)
