@@ -123,6 +123,21 @@ CATALOG: tuple[Entry, ...] = (
         "a GPU and the mjlab extra: 55-135 s on an H200 (docs/performance.md)",
     ),
     Entry(
+        "scripts.bench.mjlab_resets",
+        "python -m scripts.bench.mjlab_resets configs/mjlab_go1_flat.yaml env.num_envs=64 "
+        "algorithm.minibatch_size=96 trainer.torch_threads=1 --steps 96 --action-scale 3",
+        "nothing (prints the table; the record docs/bench/cpu_mjlab_resets/ keeps one run)",
+        "the mjlab extra: a few minutes on the 2 shared cores (warp's kernels compiled once)",
+    ),
+    Entry(
+        "scripts.bench.mjlab_probe",
+        "python -m scripts.bench.mjlab_probe policy.onnx --task Mjlab-Velocity-Flat-Unitree-Go1 "
+        "--commands 0.5,0,0 1.0,0,0 0,0,0.5 --envs 64 --seconds 10 --json probe.json",
+        "the --json file (commanded against achieved velocity, falls)",
+        "the mjlab extra and an exported policy: a minute on a GPU, minutes on the CPU "
+        "(estimated: 3 commands of 500 control steps of 64 robots)",
+    ),
+    Entry(
         "scripts.bench.mjlab_learning",
         "python -m scripts.bench.mjlab_learning OUT --plot docs/images/mjlab_go1_learning.png",
         "the comparison of the runs `ITERATIONS=200 bash scripts/bench/mjlab_learning.sh OUT` "
