@@ -60,11 +60,12 @@ def test_pendulum_learns_on_an_evaluation_seed_in_100k_steps(seed, tmp_path):
     assert trained_return("pendulum.yaml", seed, 100_000, tmp_path) >= -400.0
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", SEEDS[:1])
 def test_cartpole_pomdp_learns_with_memory_on_an_evaluation_seed_in_20k_steps(seed, tmp_path):
     """Measured: 500.0 on seed 100 and 341.1 on seed 101 (about 50 s each on 2 cores shared
     with three other processes; the update runs eagerly here). The same config without its
     LSTM reaches about 40 at 100k steps (docs/bench/recurrent_cartpole.json: 37.5 to 44.2), so
     a memory that stopped working, or a recurrent update that stopped learning, lands far
-    below."""
+    below. One seed: the recurrent update's learning is also guarded on two other memory tasks
+    (tests/model/test_recurrent.py), and a seed here is CI's slowest test."""
     assert trained_return("cartpole_pomdp.yaml", seed, 20_000, tmp_path) >= 100.0
