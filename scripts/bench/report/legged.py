@@ -63,7 +63,7 @@ def summarize(seeds: dict[str, dict], kind: str) -> dict[str, Any]:
     return out
 
 
-def _minutes(seconds: float | None) -> str:
+def minutes(seconds: float | None) -> str:
     return "not met" if seconds is None or not math.isfinite(seconds) else f"{seconds / 60:.1f} min"
 
 
@@ -75,7 +75,7 @@ def seed_line(rec: dict) -> str:
     """One seed's outcome, as printed after it."""
     t, f = rec["target"], rec["final"]
     when = (
-        "not met" if t["step"] is None else f"{t['step'] / 1e6:.2f}M steps, {_minutes(t['wall_s'])}"
+        "not met" if t["step"] is None else f"{t['step'] / 1e6:.2f}M steps, {minutes(t['wall_s'])}"
     )
     return (f"seed {rec['seed']}: targets {when}; final {f['tracking_error_lin']:.3f} m/s, "
             f"{f['tracking_error_yaw']:.3f} rad/s, falls {f['fall_rate']:.0%}")  # fmt: skip
@@ -88,7 +88,7 @@ def summary_lines(results: dict) -> list[str]:
     holds = ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in s["holds"].items())
     return [
         f"Targets met and kept by {s['met']} of {s['seeds']} seeds; time to target, IQM over "
-        f"seeds {_minutes(s['iqm_wall_s'])} (worst {_minutes(s['worst_wall_s'])}), "
+        f"seeds {minutes(s['iqm_wall_s'])} (worst {minutes(s['worst_wall_s'])}), "
         f"{_millions(s['iqm_steps'])}. Final policies: {min(s['final_lin']):.3f}-"
         f"{max(s['final_lin']):.3f} m/s, {min(s['final_yaw']):.3f}-{max(s['final_yaw']):.3f} "
         f"rad/s; falls as trained and within the sweep's bounds: {fell} of {episodes}. "
@@ -107,12 +107,12 @@ def block_lines(results: dict) -> list[str]:
     for rec in results["seeds"].values():
         t, f = rec["target"], rec["final"]
         when = "not met" if t["step"] is None else (
-            f"{t['step'] / 1e6:.2f}M steps, {_minutes(t['wall_s'])}"
+            f"{t['step'] / 1e6:.2f}M steps, {minutes(t['wall_s'])}"
         )  # fmt: skip
         fell, episodes = legged.sweep_falls(f)
         wall = rec.get("command_wall_s")
         lines.append(
-            f"| {rec['seed']} | {when} | {rec['steps'] / 1e6:.1f}M, {_minutes(wall)} | "
+            f"| {rec['seed']} | {when} | {rec['steps'] / 1e6:.1f}M, {minutes(wall)} | "
             f"{f['tracking_error_lin']:.3f}, {f['tracking_error_yaw']:.3f}, "
             f"{round(f['fall_rate'] * f['episodes'])} | {fell} of {episodes} |"
         )
