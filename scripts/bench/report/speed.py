@@ -98,5 +98,5 @@ def table(detail: bool = False) -> list[str]:
                 "--rounds 5` measures it again."
             )
     lines += ["", "Whole processes, start to exit, side by side; seconds: median of the rounds "
-              f"(range). Records in docs/bench: {', '.join(sources)}."]  # fmt: skip
+              f"(range). Records in docs/bench: {', '.join(dict.fromkeys(sources))}."]  # fmt: skip
     return lines + ["", *notes] if notes else lines
