@@ -14,12 +14,14 @@ gradient (docs/design.md, rules 3 and 7), and with equal weights it is torch's `
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal
 
 import torch
 from torch import Tensor
 from torch.func import functional_call
 
+from embodied_ppo.algo.minibatches import chunks_time_major
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.distributions import DiagGaussian
 
@@ -83,9 +85,7 @@ class DistillLoss:
             L = self.seq_len
             C = weights.shape[0] // L
 
-            def time_major(x: Tensor) -> Tensor:
-                """Rows (C*L, ...) of C chunks of L steps as (L, C, ...)."""
-                return x.reshape(C, L, *x.shape[1:]).transpose(0, 1)
+            time_major = partial(chunks_time_major, length=L)
 
             seq_obs = time_major(obs) if isinstance(obs, Tensor) else {
                 k: time_major(v) for k, v in obs.items()

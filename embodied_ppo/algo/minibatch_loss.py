@@ -4,12 +4,15 @@ reference policy where asked, and `losses.ppo_loss`, with its metrics as one vec
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor
 from torch.func import functional_call
 
 from embodied_ppo.algo.kl import kl_estimate
 from embodied_ppo.algo.losses import ppo_loss
+from embodied_ppo.algo.minibatches import chunks_time_major
 from embodied_ppo.algo.mirror import Mirror
 from embodied_ppo.algo.symmetry import (
     Pairing,
@@ -83,9 +86,7 @@ class MinibatchLoss:
             L = self.seq_len
             B = weights.shape[0] // L
 
-            def time_major(x: Tensor) -> Tensor:
-                """Rows (B*L, ...) of B chunks of L steps as (L, B, ...)."""
-                return x.reshape(B, L, *x.shape[1:]).transpose(0, 1)
+            time_major = partial(chunks_time_major, length=L)
 
             def flat_time_major(x: Tensor) -> Tensor:
                 """Rows (B*L, ...) reordered time-major: (L*B, ...)."""
@@ -131,9 +132,7 @@ class MinibatchLoss:
             L = self.seq_len
             C = weights.shape[0] // L
 
-            def time_major(x: Tensor) -> Tensor:
-                """Rows (C*L, ...) of C chunks of L steps as (L, C, ...)."""
-                return x.reshape(C, L, *x.shape[1:]).transpose(0, 1)
+            time_major = partial(chunks_time_major, length=L)
 
             pairing = chunk_pairing(C, L)
             seq_obs = join_obs(map_obs(time_major, obs), map_obs(time_major, mirrored), dim=1)

@@ -42,6 +42,11 @@ def minibatch_indices(
         yield perm[start : start + minibatch_size]
 
 
+def chunks_time_major(x: Tensor, length: int) -> Tensor:
+    """Rows (C*L, ...) of C chunks of L = `length` steps, as a recurrent core runs them: (L, C, ...)."""
+    return x.reshape(-1, length, *x.shape[1:]).transpose(0, 1)
+
+
 def sequence_chunks(
     num_steps: int,
     num_envs: int,

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
 
+from embodied_ppo.algo.minibatches import chunks_time_major
 from embodied_ppo.algo.mirror import Mirror
 from embodied_ppo.core.obs import map_obs, obs_rows
 from embodied_ppo.model.actor_critic import ActorCritic
@@ -138,9 +140,7 @@ def chunk_pairing(chunks: int, length: int) -> Pairing:
     mirrored chunks beside the originals: (L, 2C) flattened."""
     L, C = length, chunks
 
-    def time_major(x: Tensor) -> Tensor:
-        """Rows (C*L, ...) of C chunks of L steps as (L, C, ...)."""
-        return x.reshape(C, L, *x.shape[1:]).transpose(0, 1)
+    time_major = partial(chunks_time_major, length=L)
 
     def join(a: Tensor, b: Tensor) -> Tensor:
         """The chunks' rows (C*L, ...) and their mirrors' side by side: (L*2C, ...)."""
