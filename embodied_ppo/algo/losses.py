@@ -89,14 +89,14 @@ def ppo_loss(
         metrics.update(
             policy_loss=policy_loss.detach(),
             entropy=ent.detach(),
-            approx_kl=agg(_approx_kl(log_ratio)),
+            approx_kl=agg(approx_kl_terms(log_ratio)),
             clipfrac=agg(clipped),
             dual_clipfrac=agg(dual_active.float()),
         )
     return loss, metrics
 
 
-def _approx_kl(log_ratio: torch.Tensor) -> torch.Tensor:
+def approx_kl_terms(log_ratio: torch.Tensor) -> torch.Tensor:
     """(r - 1) - log r per token, exact near r = 1.
 
     In float32 the plain difference cancels to rounding noise of +-6e-8 a token there (below

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from embodied_ppo.algo.kl import kl_estimate
-from embodied_ppo.algo.losses import ppo_loss
+from embodied_ppo.algo.losses import approx_kl_terms, ppo_loss
 from embodied_ppo.algo.minibatches import chunks_time_major
 from embodied_ppo.algo.mirror import Mirror
 from embodied_ppo.algo.symmetry import (
@@ -136,7 +136,7 @@ class MinibatchLoss:
 
             pairing = chunk_pairing(C, L)
             seq_obs = join_obs(map_obs(time_major, obs), map_obs(time_major, mirrored), dim=1)
-            states, starts, mirror_states = mb[6], mb[7], extra[2]
+            states, starts, mirror_states = mb[6], mb[7], extra[1]
             state0 = torch.cat(
                 [states.reshape(C, L, -1)[:, 0], mirror_states.reshape(C, L, -1)[:, 0]]
             )
@@ -153,15 +153,24 @@ class MinibatchLoss:
             ppo_weights = pairing.join(0.5 * weights, 0.5 * weights)
         else:
             ppo_weights = pairing.join(weights, torch.zeros_like(weights))
+        # A mirrored sample was drawn by the mirrored behaviour policy: its old log-probability
+        # is the row's own (module docstring of algo.symmetry); its old value is the behaviour
+        # critic's at the mirrored observation.
         pairs = (
             (actions, m.actions(actions)),
-            (old_logprobs, extra[0]),
-            (old_values, extra[1]),
+            (old_logprobs, old_logprobs),
+            (old_values, extra[0]),
             (advantages, advantages),
             (returns, returns),
         )
         fields = tuple(pairing.join(x, y) for x, y in pairs)
         loss, metrics = self._ppo(dist, value, fwd_obs, fields, ppo_weights)
+        # How far the policy moved from the behaviour policy (what the adaptive learning rate and
+        # early_stop_kl read): on the collected rows alone. On a mirrored row the ratio also
+        # holds the policy's asymmetry, which is not a step of the update.
+        logprob, _ = pairing.split(dist.log_prob(fields[0]))
+        log_ratio = (logprob - pairing.order(old_logprobs)).clamp(-20.0, 20.0)
+        metrics["approx_kl"] = (approx_kl_terms(log_ratio.detach()) * pairing.order(weights)).sum()
         asymmetry = mirror_loss(dist, m, pairing, pairing.order(weights))
         if s.mirror_loss_coef > 0:
             loss = loss + s.mirror_loss_coef * asymmetry

@@ -1,14 +1,16 @@
-"""Mirror symmetry in the update (`algorithm.symmetry`): the behaviour policy's log-probabilities
-and values of the mirrored samples, and the minibatch's forward pass over its rows and their
-mirrors, for augmentation and the mirror loss.
+"""Mirror symmetry in the update (`algorithm.symmetry`): the behaviour critic's values and a
+recurrent policy's states on the mirrored samples, and the minibatch's forward pass over its rows
+and their mirrors, for augmentation and the mirror loss.
 
 Each row of a minibatch carries its mirror: the mirrored observation and action are computed
-from the row inside the loss (`Mirror`), and what needs the behaviour policy, the log-probability
-of the mirrored action on the mirrored observation and the value there, is computed once per
-update before the first step (`behaviour_fields`), so the first ratio of a mirrored sample is 1
-as it is for a collected one. A row and its mirror are weighted together from the row's
-aggregation weight (each half of it with augmentation), so the loss of a minibatch is still the
-sum of its micro-batches' and of its processes' parts (docs/design.md, rules 3 and 7).
+from the row inside the loss (`Mirror`). A mirrored sample (M s, M a) was drawn by the mirrored
+behaviour policy, pi_old(M . | M .), not by pi_old: its old log-probability, the density of what
+drew it, is the row's own log pi_old(a | s) (M is a signed permutation, so the densities are
+equal). What needs the behaviour critic, the value at M s that clips the value loss, is computed
+once per update before the first step (`behaviour_fields`). A row and its mirror are weighted
+together from the row's aggregation weight (each half of it with augmentation), so the loss of a
+minibatch is still the sum of its micro-batches' and of its processes' parts (docs/design.md,
+rules 3 and 7).
 
 A recurrent policy's mirrored samples run through its core as their own trajectories: the
 behaviour policy is stepped along each env's mirrored observations from a zero state at the
@@ -34,7 +36,7 @@ from embodied_ppo.model.distributions import Categorical, DiagGaussian, Distribu
 Obs = Tensor | dict[str, Tensor]
 
 # The batch fields a symmetric update adds, after the minibatch's own (and a recurrent policy's).
-MIRROR_FIELDS = ("mirror_logprobs", "mirror_values")
+MIRROR_FIELDS = ("mirror_values",)
 MIRROR_STATE_FIELDS = ("mirror_states",)
 
 
@@ -54,23 +56,20 @@ def behaviour_fields(
     num_steps: int,
     chunk: int | None = None,
 ) -> dict[str, Tensor]:
-    """The mirrored samples' log-probabilities and values under the policy as it is (the
-    behaviour policy, before the update's first step), and a recurrent policy's states along
-    the mirrored trajectories, for a flattened (T*N) batch of T = `num_steps`; `chunk` rows
-    (a recurrent policy's: envs) per forward pass."""
-    obs, actions = batch["obs"], batch["actions"]
-    assert isinstance(actions, Tensor)
+    """The behaviour critic's values on the mirrored observations (the policy as it is,
+    before the update's first step), and a recurrent policy's states along the mirrored
+    trajectories, for a flattened (T*N) batch of T = `num_steps`; `chunk` rows (a recurrent
+    policy's: envs) per forward pass."""
+    obs = batch["obs"]
     rows = obs_rows(obs)
     if policy.state_size:
         return _recurrent_fields(policy, mirror, batch, num_steps, chunk)
     size = chunk or rows
-    logprobs, values = [], []
-    for i in range(0, rows, size):
-        part = map_obs(lambda x, i=i: x[i : i + size], obs)
-        dist, value = policy(mirror.obs(part))
-        logprobs.append(dist.log_prob(mirror.actions(actions[i : i + size])))
-        values.append(value)
-    return {"mirror_logprobs": torch.cat(logprobs), "mirror_values": torch.cat(values)}
+    values = [
+        policy.value(mirror.obs(map_obs(lambda x, i=i: x[i : i + size], obs)))
+        for i in range(0, rows, size)
+    ]
+    return {"mirror_values": torch.cat(values)}
 
 
 def _recurrent_fields(
@@ -83,8 +82,8 @@ def _recurrent_fields(
     """`behaviour_fields` of a recurrent policy: its core stepped along each env's mirrored
     trajectory, envs in groups of `chunk`."""
     T = num_steps
-    obs, actions, starts = batch["obs"], batch["actions"], batch["starts"]
-    assert isinstance(actions, Tensor) and isinstance(starts, Tensor)
+    obs, starts = batch["obs"], batch["starts"]
+    assert isinstance(starts, Tensor)
     N = obs_rows(obs) // T
     size = chunk or N
 
@@ -92,25 +91,19 @@ def _recurrent_fields(
         """Rows (T*N, ...) as (T, N, ...)."""
         return x.reshape(T, N, *x.shape[1:])
 
-    seq_obs, seq_actions, seq_starts = map_obs(steps, obs), steps(actions), steps(starts)
-    logprobs = torch.zeros(T, N, device=actions.device)
-    values = torch.zeros(T, N, device=actions.device)
-    states = torch.zeros(T, N, policy.state_size, device=actions.device)
+    seq_obs, seq_starts = map_obs(steps, obs), steps(starts)
+    values = torch.zeros(T, N, device=starts.device)
+    states = torch.zeros(T, N, policy.state_size, device=starts.device)
     for lo in range(0, N, size):
         envs = slice(lo, lo + size)
-        state = policy.initial_state(min(size, N - lo), actions.device)
+        state = policy.initial_state(min(size, N - lo), starts.device)
         for t in range(T):
             state = state * (1.0 - seq_starts[t, envs]).unsqueeze(1)
             states[t, envs] = state
             o = mirror.obs(map_obs(lambda x, t=t, e=envs: x[t, e], seq_obs))
-            dist, value, state = policy.step(o, state)
-            logprobs[t, envs] = dist.log_prob(mirror.actions(seq_actions[t, envs]))
+            _, value, state = policy.step(o, state)
             values[t, envs] = value
-    return {
-        "mirror_logprobs": logprobs.reshape(T * N),
-        "mirror_values": values.reshape(T * N),
-        "mirror_states": states.reshape(T * N, -1),
-    }
+    return {"mirror_values": values.reshape(T * N), "mirror_states": states.reshape(T * N, -1)}
 
 
 # ------------------------------------------------------------------ in the loss

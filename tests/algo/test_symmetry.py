@@ -60,8 +60,13 @@ def hand_mirror(obs: dict, actions: torch.Tensor) -> tuple[dict, torch.Tensor]:
         "right": obs["left"],
         "shared": obs["shared"] * torch.tensor([-1.0, 1.0, 1.0]),
     }
-    a = actions
-    return mirrored, torch.stack([-a[:, 2], a[:, 3], -a[:, 0], a[:, 1]], dim=1)
+    return mirrored, hand_mirror_actions(actions)
+
+
+def hand_mirror_actions(a: torch.Tensor) -> torch.Tensor:
+    """SidesEnv's action mirror written out: the sides' actions swap, the first of each side
+    changes sign."""
+    return torch.stack([-a[:, 2], a[:, 3], -a[:, 0], a[:, 1]], dim=1)
 
 
 def sides_batch(policy: ActorCritic, n: int, seed: int = 1) -> dict:
@@ -116,10 +121,14 @@ def test_a_declaration_that_is_not_a_mirror_of_the_spaces_is_refused_naming_the_
 
 
 def test_a_mirrored_minibatch_is_the_hand_built_mirror_of_a_known_batch():
-    """The mirrored observations and actions are the hand-built ones; the mirrored samples'
-    old log-probabilities and values are the behaviour policy's on them; and the augmented
-    minibatch's loss and metrics are the plain loss of the batch followed by its hand-built
-    mirror, the same advantages and returns, as one minibatch of twice the rows."""
+    """The mirrored observations and actions are the hand-built ones; the mirrored samples' old
+    values are the behaviour critic's on them; their old log-probabilities are the collected
+    rows' own (a mirrored sample was drawn by the mirrored behaviour policy, whose density at
+    M a on M s is pi_old(a | s)); and the augmented minibatch's loss is the plain loss of the
+    batch followed by its hand-built mirror, the same advantages, returns and old
+    log-probabilities, as one minibatch of twice the rows. The policy is not symmetric, so
+    pi_old(M a | M s), the other candidate, gives another loss. approx_kl, what the adaptive
+    learning rate reads, is the collected rows' alone."""
     policy = sides_policy()
     mirror = Mirror.from_declaration(SIDES, SHAPES, 4)
     n = 6
@@ -131,32 +140,42 @@ def test_a_mirrored_minibatch_is_the_hand_built_mirror_of_a_known_batch():
     assert torch.equal(mirror.actions(actions), hand_actions)
 
     fields = behaviour_fields(policy, mirror, batch, n)
+    assert set(fields) == {"mirror_values"}
     with torch.no_grad():
-        logprob, _, value, _ = policy.evaluate(hand_obs, hand_actions)
-    torch.testing.assert_close(fields["mirror_logprobs"], logprob, rtol=0, atol=1e-6)
+        mirrored_logprob, _, value, _ = policy.evaluate(hand_obs, hand_actions)
     torch.testing.assert_close(fields["mirror_values"], value, rtol=0, atol=1e-6)
 
     algo = replace(ALGO, symmetry=SymmetryConfig(augment=True))
     params, buffers = dict(policy.named_parameters()), dict(policy.named_buffers())
     names = ("logprobs", "values", "advantages", "returns")
-    mb = (obs, actions, *(batch[f] for f in names), logprob, value)
-    loss, metrics = MinibatchLoss(policy, algo, mirror=mirror)(
-        params, buffers, mb, torch.full((n,), 1.0 / n)
-    )
-    doubled = (
-        {k: torch.cat([obs[k], hand_obs[k]]) for k in SHAPES},
-        torch.cat([actions, hand_actions]),
-        torch.cat([batch["logprobs"], logprob]),
-        torch.cat([batch["values"], value]),
-        torch.cat([batch["advantages"], batch["advantages"]]),
-        torch.cat([batch["returns"], batch["returns"]]),
-    )
+    mb = (obs, actions, *(batch[f] for f in names), value)
+    weights = torch.full((n,), 1.0 / n)
+    loss, metrics = MinibatchLoss(policy, algo, mirror=mirror)(params, buffers, mb, weights)
     plain = MinibatchLoss(policy, ALGO)
-    ref, ref_metrics = plain(params, buffers, doubled, torch.full((2 * n,), 0.5 / n))
+
+    def doubled(mirrored_old_logprobs: torch.Tensor) -> tuple:
+        return (
+            {k: torch.cat([obs[k], hand_obs[k]]) for k in SHAPES},
+            torch.cat([actions, hand_actions]),
+            torch.cat([batch["logprobs"], mirrored_old_logprobs]),
+            torch.cat([batch["values"], value]),
+            torch.cat([batch["advantages"], batch["advantages"]]),
+            torch.cat([batch["returns"], batch["returns"]]),
+        )
+
+    half = torch.full((2 * n,), 0.5 / n)
+    ref, ref_metrics = plain(params, buffers, doubled(batch["logprobs"]), half)
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-7)
+    other, _ = plain(params, buffers, doubled(mirrored_logprob), half)
+    assert abs(float((other - ref).detach())) > 1e-3  # the two candidates differ on this policy
     ours = dict(zip(MinibatchLoss(policy, algo, mirror=mirror).names, metrics, strict=True))
     for name, value_ in zip(plain.names, ref_metrics, strict=True):
-        torch.testing.assert_close(ours[name], value_, rtol=1e-6, atol=1e-7)
+        if name != "approx_kl":
+            torch.testing.assert_close(ours[name], value_, rtol=1e-6, atol=1e-7)
+    _, collected = plain(params, buffers, (obs, actions, *(batch[f] for f in names)), weights)
+    kl = plain.names.index("approx_kl")
+    torch.testing.assert_close(ours["approx_kl"], collected[kl], rtol=1e-6, atol=1e-8)
+    assert abs(float(ref_metrics[kl] - collected[kl])) > 1e-4  # the mirrored rows' ratios differ
     assert 0 < float(ours["clipfrac"]) < 1  # the clipped branches are taken
 
 
@@ -175,9 +194,7 @@ def test_the_mirror_loss_and_its_gradient_are_the_hand_computed_ones():
     names = ("obs", "actions", "logprobs", "values", "advantages", "returns")
     mb = tuple(batch[f] for f in names)
     sym = MinibatchLoss(policy, algo, mirror=mirror)
-    loss, metrics = sym(
-        params, buffers, (*mb, fields["mirror_logprobs"], fields["mirror_values"]), weights
-    )
+    loss, metrics = sym(params, buffers, (*mb, fields["mirror_values"]), weights)
     grads = torch.autograd.grad(loss, list(params.values()))
 
     def hand(detach: bool) -> torch.Tensor:
@@ -260,11 +277,12 @@ def recurrent_batch(policy: ActorCritic, T: int, N: int, seed: int = 11) -> dict
     }
 
 
-def test_a_recurrent_policys_mirrored_samples_start_at_ratio_one_and_micro_batches_agree():
+def test_a_recurrent_policys_mirrored_chunks_run_from_the_mirrored_trajectories_states():
     """The mirrored chunks run from the states the behaviour policy reaches along the mirrored
-    trajectories: at the update's first step every ratio, the mirrored ones too, is 1 (the
-    first minibatch's approx_kl is 0 to rounding, nothing is clipped); and splitting the
-    minibatches into micro-batches of whole chunks changes nothing."""
+    trajectories: at the update's first step the mirror loss and the mirrored samples' values
+    are those of the policy stepped by hand along each env's mirrored observations (from a zero
+    state, zeroed where episodes start), the collected rows' ratios are 1 (approx_kl 0); and
+    splitting the minibatches into micro-batches of whole chunks changes nothing."""
     T, N, L = 8, 4, 4
     mirror = Mirror.from_declaration(SIDES, SHAPES, 4)
     gru = RecurrentSpec("gru", 8, 1)
@@ -279,6 +297,27 @@ def test_a_recurrent_policys_mirrored_samples_start_at_ratio_one_and_micro_batch
     policy = sides_policy(seed=9, recurrent=gru)
     batch = recurrent_batch(policy, T, N)
     batch |= behaviour_fields(policy, mirror, batch, T)
+    # By hand: the policy along each env's original and mirrored observations.
+    steps = lambda x: x.reshape(T, N, *x.shape[1:])  # noqa: E731
+    obs, starts = {k: steps(v) for k, v in batch["obs"].items()}, steps(batch["starts"])
+    means, mirrored_means, mirrored_values = [], [], []
+    state, mirrored_state = policy.initial_state(N), policy.initial_state(N)
+    with torch.no_grad():
+        for t in range(T):
+            keep = (1.0 - starts[t]).unsqueeze(1)
+            o = {k: v[t] for k, v in obs.items()}
+            dist, _, state = policy.step(o, state * keep)
+            hand_obs, _ = hand_mirror(o, torch.zeros(0, 4))
+            mdist, mvalue, mirrored_state = policy.step(hand_obs, mirrored_state * keep)
+            means.append(dist.mean)
+            mirrored_means.append(mdist.mean)
+            mirrored_values.append(mvalue)
+    target = hand_mirror_actions(torch.cat(means))
+    hand_loss = float((torch.cat(mirrored_means) - target).square().mean())
+    torch.testing.assert_close(
+        batch["mirror_values"], torch.cat(mirrored_values), rtol=1e-6, atol=1e-6
+    )
+
     loss = MinibatchLoss(policy, algo, mirror=mirror)
     params, buffers = dict(policy.named_parameters()), dict(policy.named_buffers())
     fields = ("obs", "actions", "logprobs", "values", "advantages", "returns", "states", "starts")
@@ -288,12 +327,13 @@ def test_a_recurrent_policys_mirrored_samples_start_at_ratio_one_and_micro_batch
         {k: v[order] for k, v in batch[f].items()}
         if isinstance(batch[f], dict)
         else batch[f][order]
-        for f in (*fields, "mirror_logprobs", "mirror_values", "mirror_states")
+        for f in (*fields, "mirror_values", "mirror_states")
     )
     _, metrics = loss(params, buffers, mb, torch.full((T * N,), 1.0 / (T * N)))
     named = dict(zip(loss.names, metrics.tolist(), strict=True))
-    assert abs(named["approx_kl"]) < 1e-6 and named["clipfrac"] == 0.0
-    assert named["mirror_loss"] > 0
+    assert abs(named["approx_kl"]) < 1e-6
+    assert named["mirror_loss"] == pytest.approx(hand_loss, rel=1e-5)
+    assert named["mirror_loss"] > 1e-6  # an asymmetric policy
 
     results = []
     for micro in (None, L):
@@ -442,3 +482,38 @@ def test_augmentation_with_a_symmetric_policy_on_a_symmetric_task_leaves_the_upd
     }
     (q_plain, _), (q_aug, _) = both(half, T * pairs)
     assert max(float((q_plain[k] - q_aug[k]).abs().max()) for k in q_plain) > 1e-3
+
+
+def test_augmentation_makes_an_asymmetric_policy_more_symmetric():
+    """The mirrored samples are importance-weighted against the mirrored behaviour policy that
+    drew them, so augmentation pulls the policy toward its mirror: on Pendulum, a policy whose
+    mean is offset by a bias (mu(M s) = -mu(s) + 2b) comes out of one augmented update with its
+    asymmetry (mean of (mu(M s) + mu(s))^2 over the batch) lower than it went in, and lower than
+    after the same update without augmentation. Weighted against pi_old(M a | M s) instead, the
+    mirrored samples would carry no pull toward the mirror and this update would leave the
+    policy less symmetric than it found it."""
+    T, pairs = 32, 4
+    base = symmetric_pendulum_policy()
+    with torch.no_grad():
+        base.action_head.bias.fill_(0.5)
+    batch = pendulum_rollout(base, pairs, T)
+    mirror = Mirror.from_declaration(PENDULUM_MIRROR, 3, 1)
+
+    def asymmetry(policy: ActorCritic) -> float:
+        with torch.no_grad():
+            mean, mirrored = policy(batch["obs"])[0].mean, policy(mirror.obs(batch["obs"]))[0].mean
+        return float((mirrored + mean).square().mean())
+
+    after = {}
+    for augment in (False, True):
+        policy = copy.deepcopy(base)
+        algo = replace(
+            ALGO, minibatch_size=64, update_epochs=5, symmetry=SymmetryConfig(augment=augment)
+        )
+        b = batch | behaviour_fields(policy, mirror, batch, T)
+        _run_update(policy, b, mirror, algo, T)
+        after[augment] = asymmetry(policy)
+    before = asymmetry(base)
+    assert before == pytest.approx(1.0, rel=1e-3)  # (2b)^2
+    assert after[True] < 0.9 * before
+    assert after[True] < after[False] - 0.1
