@@ -25,8 +25,8 @@ class SymmetryConfig:
     augment: bool = _key(
         False,
         "extend every minibatch with its mirrored samples (mirrored observations and actions, "
-        "the same advantages and returns, the behaviour policy's log-probabilities and values "
-        "of the mirrored pairs)",
+        "the same advantages, returns and old log-probabilities: the mirrored behaviour policy "
+        "drew them; the behaviour critic's values on the mirrored observations)",
     )
     mirror_loss_coef: float = _key(
         0.0,

@@ -425,8 +425,8 @@ def test_augmentation_with_a_symmetric_policy_on_a_symmetric_task_leaves_the_upd
     a trajectory is a trajectory exactly as likely, with the same rewards, values, advantages and
     returns. Collect envs in mirrored pairs (env i + P starts as env i's mirror and draws the
     negated noise): each row then has its mirror in the batch, with the same advantage and
-    return, and the behaviour log-probability and value that augmentation computes for row i's
-    mirror are those stored for its partner. So the augmented minibatch (the batch, then each
+    return, and the old log-probability augmentation gives row i's mirror (row i's own) and the
+    value it computes there are those stored for its partner. So the augmented minibatch (the batch, then each
     row's mirror) holds every row of the batch exactly twice: with token-mean aggregation, the
     loss, its gradient at every parameter, and so the whole update, are those without
     augmentation (a minibatch of the whole batch, so no shuffle splits a pair). On a batch that
