@@ -19,7 +19,9 @@ docs/legged.md (rough ground: from terrain levels 4 and 9). The record
 (docs/bench/quadruped_<flat|rough>_targets.json) holds each seed's time to target, its
 evaluations, its final evaluation and sweep, the IQM over seeds and the provenance; the block
 of docs/legged.md between its markers is written from it (`targets --page-only` writes the
-block again from the record alone).
+block again from the record alone; `--block NAME` picks another block than the config's kind).
+`targets --add` trains seeds a record lacks and writes it again over all of its seeds (same
+config, settings and evaluation; the earlier invocations are kept under "earlier").
 
 `record` keeps, per run: its config overrides, wall time, steps, its learning curve (training
 and periodic-evaluation metrics, every `--every`-th iteration and every iteration with a
@@ -214,9 +216,10 @@ def targets(args, argv: list[str]) -> None:
     if args.page_only:
         if not out.is_file():
             raise cli_args.BadInput(f"--page-only: no record {out} to write the page from")
-        legged_page.write_block(args.page, args.kind, json.loads(out.read_text()))
+        legged_page.write_block(args.page, args.block or args.kind, json.loads(out.read_text()))
         return
     results = records.read_results(out, name=MODULE)  # refused before a run if not ours
+    earlier = _earlier(args, results, out) if args.add else {}
     runs_dir = Path(args.runs)
     for seed in args.seeds:  # before anything trains
         if (runs_dir / f"seed{seed}").exists():
@@ -224,7 +227,7 @@ def targets(args, argv: list[str]) -> None:
                 f"{runs_dir / f'seed{seed}'} exists: give --runs a folder of no earlier runs"
             )
     runs_dir.mkdir(parents=True, exist_ok=True)
-    seeds = {}
+    seeds = dict(earlier.get("seeds", {}))
     for seed in args.seeds:
         run = runs_dir / f"seed{seed}"
         seeds[str(seed)] = train_to_targets(args, seed, run)
@@ -235,10 +238,30 @@ def targets(args, argv: list[str]) -> None:
         "summary": legged_page.summarize(seeds, args.kind), "record": _relative(out),
         "provenance": records.provenance(MODULE, argv),
     }  # fmt: skip
+    if earlier:  # the invocations that trained the record's other seeds, oldest first
+        results["earlier"] = [*earlier.get("earlier", []), earlier["provenance"]]
     records.write_results(out, results)
     print("\n".join(legged_page.summary_lines(results)))
     print(f"wrote {out}")
-    legged_page.write_block(args.page, args.kind, results)
+    legged_page.write_block(args.page, args.block or args.kind, results)
+
+
+def _earlier(args, results: dict, out: Path) -> dict:
+    """`--add`: the record the seeds are added to, refused unless it is a record of the same
+    config, settings and evaluation and holds none of the seeds."""
+    if not results:
+        raise cli_args.BadInput(f"--add: no record {out} to add seeds to")
+    same = {"config": args.config, "settings": list(args.set), "episodes": args.episodes,
+            "eval_seed": args.eval_seed}  # fmt: skip
+    for key, value in same.items():
+        if results.get(key) != value:
+            raise cli_args.BadInput(
+                f"--add: {out} has {key} {results.get(key)!r}, this invocation {value!r}"
+            )
+    twice = sorted(set(map(str, args.seeds)) & set(results["seeds"]))
+    if twice:
+        raise cli_args.BadInput(f"--add: seed {twice[0]} is already in {out}")
+    return results
 
 
 def build_parser() -> cli_args.Parser:
@@ -258,6 +281,13 @@ def build_parser() -> cli_args.Parser:
                      help="the record (default docs/bench/quadruped_<flat|rough>_targets.json)")  # fmt: skip
     tgt.add_argument("--page", type=Path, default=proc.ROOT / "docs" / "legged.md")
     tgt.add_argument("--page-only", action="store_true", help="write the page from the record")
+    tgt.add_argument(
+        "--block",
+        default=None,
+        help="the page's block to write (default: the config's kind, flat or rough)",
+    )
+    tgt.add_argument("--add", action="store_true",
+                     help="add the seeds to the record at --out (same config and settings)")  # fmt: skip
     rec = sub.add_parser("record", help="collect runs into one JSON record")
     rec.add_argument("--out", required=True)
     rec.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR")

@@ -116,17 +116,19 @@ def block_lines(results: dict) -> list[str]:
             f"{f['tracking_error_lin']:.3f}, {f['tracking_error_yaw']:.3f}, "
             f"{round(f['fall_rate'] * f['episodes'])} | {fell} of {episodes} |"
         )
-    prov = results["provenance"]
+    commands = "; ".join(
+        _invocation(p) for p in [*results.get("earlier", []), results["provenance"]]
+    )
+    return [*lines, "", *summary_lines(results), "", f"{commands}; record: {results['record']}."]
+
+
+def _invocation(prov: dict) -> str:
+    """One invocation of the benchmark, as the block names it."""
     machine = prov["machine"]
-    return [
-        *lines,
-        "",
-        *summary_lines(results),
-        "",
+    return (
         f"`{prov['command']}` ({prov['commit'][:7] if prov['commit'] else '?'}, "
-        f"{prov['date'][:10]}, {machine['cpu']}, {machine['usable_cores']} cores); record: "
-        f"{results['record']}.",
-    ]
+        f"{prov['date'][:10]}, {machine['cpu']}, {machine['usable_cores']} cores)"
+    )
 
 
 def write_block(page: Path, kind: str, results: dict) -> None:
