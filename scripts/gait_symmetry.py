@@ -1,7 +1,7 @@
 """Left-right symmetry of a trained quadruped's gait: each foot's air time and duty factor over
 deterministic episodes, and the differences between mirrored legs.
 
-    python -m scripts.gait_symmetry RUN_DIR [RUN_DIR ...] [--episodes 10] [--seed 100]
+    python -m scripts.gait_symmetry RUN_DIR [RUN_DIR ...] [--episodes 10] [--seed 100] [--out JSON]
 
 For each run directory of an EmbodiedPPO/Quadruped task, plays `--episodes` episodes of its
 final deployed policy (`load_policy`: the deterministic action) in the
@@ -12,11 +12,13 @@ and touching down, in seconds; swings cut by the episode's end are left out) and
 factor (the share of steps on the ground). The asymmetry of the gait: the mean over the two
 mirrored pairs (FR-FL, RR-RL) of the absolute differences of these, in seconds and in duty
 factor. A symmetric gait has 0 for both; a robot that limps or gallops on one side does not.
+`--out` also writes every run's numbers into a record with its provenance (for docs/bench).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from embodied_ppo.config.building import from_dict, upgrade
 from embodied_ppo.config.loading import load_yaml
 from embodied_ppo.vecenv.make import make_one
 from scripts.bench.lib import args as cli_args
+from scripts.bench.lib import records
 from scripts.bench.lib.args import BadInput
 
 MODULE = "scripts.gait_symmetry"
@@ -104,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("runs", nargs="+", type=Path, help="run directories")
     p.add_argument("--episodes", type=int, default=10, help="episodes per run (default 10)")
     p.add_argument("--seed", type=int, default=100, help="the first episode's seed (default 100)")
+    p.add_argument("--out", type=Path, default=None, help="also write the numbers to this JSON")
 
     def body(args: argparse.Namespace) -> None:
         if args.episodes < 1:
@@ -111,8 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in args.runs:
             if not (run / "config.yaml").is_file():
                 raise BadInput(f"{run}: not a run directory (no config.yaml)")
+        gaits = {}
         for run in args.runs:
-            g = gait(run, args.episodes, args.seed)
+            g = gaits[str(run)] = gait(run, args.episodes, args.seed)
             feet = "  ".join(
                 f"{f} air {g['air_time_s'][f]:.3f} s duty {g['duty_factor'][f]:.2f}" for f in FEET
             )
@@ -122,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"duty factor {g['duty_asymmetry']:.3f} (mean |FR-FL|, |RR-RL| over "
                 f"{g['episodes']} episodes)"
             )
+        if args.out is not None:
+            prov = records.provenance(MODULE, list(argv if argv is not None else sys.argv[1:]))
+            records.write_results(args.out, {"runs": gaits, "provenance": prov})
+            print(f"wrote {args.out}")
 
     return cli_args.run_main(p, body, argv)
 
