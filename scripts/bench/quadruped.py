@@ -65,6 +65,7 @@ KEYS = (
     "eval/metrics/terrain_level",
     "eval/episodic_return",
     "losses/std",
+    "losses/mirror_loss",  # algorithm.symmetry: the policy's asymmetry
 )
 PANELS = [
     ("metrics/tracking_error_lin", "linear velocity error (m/s)"),

@@ -87,6 +87,13 @@ def first_kept(evals: Sequence[dict], targets: Targets) -> int | None:
     return first
 
 
+def first_met(evals: Sequence[dict], targets: Targets) -> int | None:
+    """The index of the first evaluation that meets `targets` (kept or not afterwards)."""
+    return next(
+        (i for i, e in enumerate(evals) if targets.met(e["lin"], e["yaw"], e["falls"])), None
+    )
+
+
 def start_up(rows: Sequence[dict], arrivals: Sequence[float]) -> float:
     """Seconds from the command to its trainer's clock start: the smallest gap between a row's
     arrival (seconds after the command) and its `time`."""

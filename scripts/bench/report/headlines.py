@@ -10,6 +10,7 @@ the block's builder makes of the records now, `stale` names the blocks that diff
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -151,6 +152,7 @@ def legged() -> list[str]:
     """The quadruped: the flat config as committed on evaluation seeds (time to the targets, the
     final policies, the sweep) and the rough-ground run."""
     flat, rough = load("quadruped_flat_targets.json"), load("quadruped_rough.json")
+    symmetric = load("quadruped_flat_symmetry_targets.json")
     lines = [
         "| run | tracking error, m/s / rad/s | falls of 20 | sweep: falls | targets met and "
         "kept | steps, time |",
@@ -182,7 +184,7 @@ def legged() -> list[str]:
         f"{run['steps'] / 1e6:.1f}M, {run['wall_s'] / 60:.0f} min, shared |"
     )
     summary = flat["summary"]
-    provs = [flat["provenance"], rough["provenance"]]
+    provs = [flat["provenance"], symmetric["provenance"], rough["provenance"]]
     when = ", ".join(f"{p['commit'][:7]} {p['date'][:10]}" for p in provs)
     return [
         *lines,
@@ -191,8 +193,39 @@ def legged() -> list[str]:
         f"each alone; time to the targets: IQM {legged_page.minutes(summary['iqm_wall_s'])}, "
         f"worst {legged_page.minutes(summary['worst_wall_s'])}.".replace("not met", "not kept"),
         "",
-        f"Records: quadruped_flat_targets.json, quadruped_rough.json in docs/bench ({when}).",
+        _symmetric_line(flat, symmetric),
+        "",
+        "Records: quadruped_flat_targets.json, quadruped_flat_symmetry_targets.json, "
+        f"quadruped_rough.json in docs/bench ({when}).",
     ]
+
+
+def _symmetric_line(flat: dict, symmetric: dict) -> str:
+    """quadruped_flat_symmetry.yaml against quadruped_flat.yaml on the same seeds: when the
+    targets were first met (IQM over seeds), the final policies and the sweep's falls."""
+
+    def first(record: dict) -> tuple[str, str]:
+        met = [legged_page.first_met(r, "flat") for r in record["seeds"].values()]
+        walls = [math.inf if e is None else e["wall_s"] for e in met]
+        steps = [math.inf if e is None else e["step"] for e in met]
+        iqm_steps = legged_page.iqm_or_inf(steps)
+        return legged_page.minutes(legged_page.iqm_or_inf(walls)), (
+            "not met" if not math.isfinite(iqm_steps) else f"{iqm_steps / 1e6:.2f}M"
+        )
+
+    def final(record: dict) -> str:
+        lin = record["summary"]["final_lin"]
+        fell, episodes = record["summary"]["sweep_falls"]
+        return f"{min(lin):.3f}-{max(lin):.3f} m/s, sweep falls {fell} of {episodes}"
+
+    (sym_min, sym_steps), (flat_min, flat_steps) = first(symmetric), first(flat)
+    seeds = ", ".join(symmetric["seeds"])
+    return (
+        f"With symmetry (`quadruped_flat_symmetry.yaml`, seeds {seeds}): targets first met at "
+        f"{sym_steps} steps, {sym_min} (IQM; without: {flat_steps}, {flat_min}); final "
+        f"{final(symmetric)} (without: {final(flat)}); met and kept by "
+        f"{symmetric['summary']['met']} of {symmetric['summary']['seeds']}."
+    )
 
 
 # ------------------------------------------------------------------------------------ GPU
@@ -277,7 +310,8 @@ def sources() -> list[tuple[str, dict]]:
     for config, steps in speed.SPEED_HEADLINE:
         rel, _, prov = speed.record_of(config, steps)
         out.append((f"{rel} {config}", {"provenance": prov}))
-    for rel in ("quadruped_flat_targets.json", "quadruped_rough.json",
+    for rel in ("quadruped_flat_targets.json", "quadruped_flat_symmetry_targets.json",
+                "quadruped_rough.json",
                 "gpu_h200_4/learn/comparison.json",
                 "gpu_h200_3/mjlab_profile.json"):  # fmt: skip
         out.append((rel, load(rel)))

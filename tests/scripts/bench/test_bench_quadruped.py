@@ -107,6 +107,10 @@ def test_the_time_to_target_is_the_first_evaluation_from_which_all_meet_them():
     assert legged.time_to_target(rows[:5], arrivals, legged.FLAT)["step"] == 400
     never = [row(100, 1.0), evaluated(200, 2.0, 0.16)]
     assert legged.time_to_target(never, [3.0, 4.0], legged.FLAT)["step"] is None
+    # First met, kept or not: the evaluation at 200.
+    assert legged.first_met(reached["evaluations"], legged.FLAT) == 0
+    assert legged.first_met(reached["evaluations"][1:], legged.FLAT) == 1  # at 400
+    assert legged.first_met(legged.evaluations(never), legged.FLAT) is None
 
 
 def test_the_sweep_counts_the_episodes_within_the_training_bounds_and_the_main_ones():
@@ -161,7 +165,7 @@ def test_targets_trains_each_seed_evaluates_it_and_writes_the_record_and_the_pag
     )
     text = page.read_text()
     assert "old" not in text and text.endswith(f"{marks[1]}\n\nafter\n")
-    assert "| 3 |" in text and "Targets met and kept by" in text
+    assert "| 3 |" in text and "Targets met and kept by" in text and "first met, IQM" in text
     # Runs are never overwritten: an existing run folder is refused in one line.
     ran = run_module("scripts.bench.quadruped", *args)
     assert ran.returncode == 2 and ran.stderr.count("\n") == 1 and "exists" in ran.stderr
