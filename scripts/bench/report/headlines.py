@@ -196,7 +196,7 @@ def legged() -> list[str]:
         _symmetric_line(flat, symmetric),
         "",
         "Records: quadruped_flat_targets.json, quadruped_flat_symmetry_targets.json, "
-        f"quadruped_rough.json in docs/bench ({when}).",
+        f"quadruped_rough.json ({when}).",
     ]
 
 
@@ -213,17 +213,19 @@ def _symmetric_line(flat: dict, symmetric: dict) -> str:
             "not met" if not math.isfinite(iqm_steps) else f"{iqm_steps / 1e6:.2f}M"
         )
 
-    def final(record: dict) -> str:
+    def final(record: dict) -> tuple[str, str]:
         lin = record["summary"]["final_lin"]
         fell, episodes = record["summary"]["sweep_falls"]
-        return f"{min(lin):.3f}-{max(lin):.3f} m/s, sweep falls {fell} of {episodes}"
+        return f"{min(lin):.3f}-{max(lin):.3f}", f"{fell}/{episodes}"
 
     (sym_min, sym_steps), (flat_min, flat_steps) = first(symmetric), first(flat)
-    seeds = ", ".join(symmetric["seeds"])
+    same = sorted(symmetric["seeds"]) == sorted(flat["seeds"])
     return (
-        f"With symmetry (`quadruped_flat_symmetry.yaml`, seeds {seeds}): targets first met at "
-        f"{sym_steps} steps, {sym_min} (IQM; without: {flat_steps}, {flat_min}); final "
-        f"{final(symmetric)} (without: {final(flat)}); met and kept by "
+        "`quadruped_flat_symmetry.yaml`, "
+        f"{'same seeds' if same else 'seeds ' + ', '.join(symmetric['seeds'])}: "
+        f"first met {sym_steps} steps, {sym_min} (IQM; without: {flat_steps}, {flat_min}); "
+        f"final {final(symmetric)[0]} m/s (without: {final(flat)[0]}), sweep falls "
+        f"{final(symmetric)[1]} ({final(flat)[1]}); kept by "
         f"{symmetric['summary']['met']} of {symmetric['summary']['seeds']}."
     )
 
