@@ -39,11 +39,13 @@ def ppo_loss(
     value_loss_coef: float = 0.0,
     kl: torch.Tensor | None = None,
     kl_loss_coef: float = 0.0,
+    kl_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate (+ clipped value loss when `values` is given) - entropy (+ KL).
 
     `loss_type: actor_critic` passes values/old_values/returns; `loss_type: actor` leaves them None.
-    Returns the scalar loss and detached metrics, each aggregated with `weights` like the loss.
+    Returns the scalar loss and detached metrics, each aggregated with `weights` like the loss,
+    but approx_kl, aggregated with `kl_weights` where given (the rows whose step it measures).
     """
 
     def agg(x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +91,9 @@ def ppo_loss(
         metrics.update(
             policy_loss=policy_loss.detach(),
             entropy=ent.detach(),
-            approx_kl=agg(approx_kl_terms(log_ratio)),
+            approx_kl=(
+                approx_kl_terms(log_ratio) * (weights if kl_weights is None else kl_weights)
+            ).sum(),
             clipfrac=agg(clipped),
             dual_clipfrac=agg(dual_active.float()),
         )

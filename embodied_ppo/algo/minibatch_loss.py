@@ -11,7 +11,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from embodied_ppo.algo.kl import kl_estimate
-from embodied_ppo.algo.losses import approx_kl_terms, ppo_loss
+from embodied_ppo.algo.losses import ppo_loss
 from embodied_ppo.algo.minibatches import chunks_time_major
 from embodied_ppo.algo.mirror import Mirror
 from embodied_ppo.algo.symmetry import (
@@ -164,13 +164,11 @@ class MinibatchLoss:
             (returns, returns),
         )
         fields = tuple(pairing.join(x, y) for x, y in pairs)
-        loss, metrics = self._ppo(dist, value, fwd_obs, fields, ppo_weights)
         # How far the policy moved from the behaviour policy (what the adaptive learning rate and
         # early_stop_kl read): on the collected rows alone. On a mirrored row the ratio also
         # holds the policy's asymmetry, which is not a step of the update.
-        logprob, _ = pairing.split(dist.log_prob(fields[0]))
-        log_ratio = (logprob - pairing.order(old_logprobs)).clamp(-20.0, 20.0)
-        metrics["approx_kl"] = (approx_kl_terms(log_ratio.detach()) * pairing.order(weights)).sum()
+        kl_weights = pairing.join(weights, torch.zeros_like(weights))
+        loss, metrics = self._ppo(dist, value, fwd_obs, fields, ppo_weights, kl_weights)
         asymmetry = mirror_loss(dist, m, pairing, pairing.order(weights))
         if s.mirror_loss_coef > 0:
             loss = loss + s.mirror_loss_coef * asymmetry
@@ -185,10 +183,12 @@ class MinibatchLoss:
         obs: Tensor | dict[str, Tensor] | None,
         fields: tuple[Tensor, ...],
         weights: Tensor,
+        kl_weights: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The PPO loss and its metrics of a forward pass (`dist`, `value`) over `obs`, with
         the rows' actions, old log-probs, old values, advantages and returns (`fields`, in the
-        forward's row order) and aggregation `weights`."""
+        forward's row order), aggregation `weights` and approx_kl's (`kl_weights`, default
+        `weights`)."""
         actions, old_logprobs, old_values, advantages, returns = fields
         logprob = dist.log_prob(actions)  # (B,)
         a = self.algo
@@ -217,6 +217,7 @@ class MinibatchLoss:
             value_loss_coef=a.value_loss_coef,
             kl=kl,
             kl_loss_coef=a.kl_loss_coef,
+            kl_weights=kl_weights,
         )
         if isinstance(dist, DiagGaussian):
             metrics["std"] = (dist.std.detach().mean(dim=-1) * weights).sum()

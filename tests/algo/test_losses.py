@@ -146,6 +146,20 @@ def test_approx_kl_metric():
     assert m["approx_kl"].item() == pytest.approx(expected)
 
 
+def test_approx_kl_takes_its_own_weights_where_given():
+    """The symmetric update's approx_kl is its collected rows' alone (algo/minibatch_loss.py):
+    kl_weights picks them while the loss keeps its weights."""
+    r = torch.tensor([1.2, 0.8, 3.0], dtype=torch.float64)
+    loss, m = policy_only(r.tolist(), [1.0, 1.0, 1.0])
+    kl_w = torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64)
+    loss_w, m_w = policy_only(r.tolist(), [1.0, 1.0, 1.0], kl_weights=kl_w)
+    by_hand = 0.5 * sum(float(x - 1 - math.log(x)) for x in (1.2, 0.8))
+    assert m_w["approx_kl"].item() == pytest.approx(by_hand, rel=1e-12)
+    assert m["approx_kl"].item() > m_w["approx_kl"].item() + 0.1  # the third row counted
+    assert loss_w.item() == loss.item()
+    assert m_w["policy_loss"].item() == m["policy_loss"].item()
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_approx_kl_is_exact_for_log_probabilities_one_rounding_step_apart(compiled):
     # A policy that has not moved, its old log-probabilities computed elsewhere (the host's
