@@ -1,7 +1,8 @@
 """One gradient step of the PPO update, written once in torch and compiled.
 
 A step is: the policy's forward pass on a minibatch, `losses.ppo_loss`, its gradient
-(`torch.func.grad` of that function), gradient clipping, and torch's own Adam on the state the
+(`torch.func.grad` of that function when compiled, `torch.autograd.grad` of the same function
+when eager), gradient clipping, and torch's own Adam on the state the
 step keeps. Nothing here re-implements the model, the loss or its gradient: speed comes from
 `torch.compile` fusing the whole step into a few kernels (and, on a GPU, from CUDA graphs where
 they apply). Without a working compiler, or with `trainer.compile: false`, the same functions run
@@ -128,7 +129,11 @@ class GradientStep:
         )
         self.metric_names = self.loss.names
         self.notes = settings.notes or sys.stdout
-        self.grad_fn = torch.func.grad(self._loss, has_aux=True)
+        # Compiled, the gradient is torch.func.grad's, which torch.compile traces; eager, the
+        # same function's through autograd (the same kernels), which keeps torch's compiler
+        # stack unimported: torch.func.grad imports it when first called, ~0.9 s of every
+        # eager run's start.
+        self.grad_fn = torch.func.grad(self._loss, has_aux=True) if compile else self._autograd
         self.compiled = False
         self._trusted: Hashable | None = None  # see `calls`
         self._impls = (self._grads_impl, self._apply_impl, self._step_impl)
@@ -215,6 +220,16 @@ class GradientStep:
         """The minibatch loss as a function of the flat parameters, and its metrics vector."""
         params = dict(zip(self.names, self._views(flat), strict=True))
         return self.loss(params, buffers, mb, weights)
+
+    def _autograd(
+        self, flat: Tensor, buffers: dict[str, Tensor], mb: tuple[Tensor, ...], weights: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """(gradient of the loss in `flat`, metrics vector), as torch.func.grad gives them."""
+        with torch.enable_grad():
+            leaf = flat.detach().requires_grad_()
+            loss, metrics = self._loss(leaf, buffers, mb, weights)
+            (grad,) = torch.autograd.grad(loss, leaf)
+        return grad, metrics.detach()
 
     def _grads_impl(
         self, flat: Tensor, mb: tuple[Tensor, ...], weights: Tensor

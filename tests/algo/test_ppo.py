@@ -274,6 +274,48 @@ def test_without_a_compiler_training_runs_eagerly_with_one_note(tmp_path):
         assert torch.equal(v, b["model"][k]), k
 
 
+@pytest.mark.parametrize("state_dependent", [False, True], ids=["std", "state-dependent-std"])
+def test_the_eager_gradient_is_torch_func_grads_to_the_bit(state_dependent):
+    """Eager, the step takes its gradient through autograd; compiled, through torch.func.grad
+    (which torch.compile traces). On a batch that takes every branch of the loss the two give
+    the same gradient and metrics, bit for bit."""
+    torch.manual_seed(0)
+    policy = ActorCritic(spec("gaussian", state_dependent_std=state_dependent))
+    policy.obs_normalizer.update(torch.randn(100, 5) * 3)
+    batch = operating_batch(policy)
+    upd = updater(policy, AlgorithmConfig(minibatch_size=48, clip_ratio_c=3.0, entropy_bonus=0.01))
+    step = upd.step
+    assert step.grad_fn == step._autograd  # the eager step's own
+    names = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+    mb = tuple(batch[k] for k in names)  # MinibatchLoss's order
+    buffers = {n: b.detach() for n, b in policy.named_buffers()}
+    weights = torch.full((48,), 1.0 / 48)
+    step.pull()
+    reference = torch.func.grad(step._loss, has_aux=True)
+    want = reference(step.flat, buffers, mb, weights)
+    got = step._autograd(step.flat, buffers, mb, weights)
+    assert got[0].abs().sum() > 0 and not got[0].requires_grad and not got[1].requires_grad
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_an_eager_run_leaves_torchs_compiler_stack_unimported(tmp_path):
+    """torch.func.grad imports torch._dynamo on its first call (~0.9 s of every run's start);
+    the eager step does without it."""
+    from conftest import TINY
+
+    args = ["configs/cartpole.yaml", *TINY, f"trainer.run_dir={tmp_path / 'run'}"]
+    code = (
+        "import sys; from embodied_ppo.app.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('dynamo' if 'torch._dynamo' in sys.modules else 'none')"
+    )
+    out = subprocess.run([sys.executable, "-c", code, "train", *args],
+                         capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "trainer.compile=false" in " ".join(TINY)
+    assert out.stdout.splitlines()[-1] == "none", out.stdout[-500:]
+
+
 def weights_only_round_trip(state):
     """`state` written and read back as a checkpoint is (torch.load, weights_only=True)."""
     buffer = io.BytesIO()
