@@ -392,4 +392,5 @@ class GradientStep:
             flush=True,
         )
         self.compiled = self.cudagraphs = False
+        self.grad_fn = self._autograd
         self._grads, self._apply, self._step = self._impls
