@@ -107,12 +107,15 @@ def physics_rate(model, states) -> float:
 def fast_model(cfg):
     """The config's robot under the task's "fast" physics (None where this version of the task
     has none)."""
+    import gymnasium as gym
+
     try:
         from embodied_ppo_envs.quadruped_robot import robot_spec
         from embodied_ppo_envs.quadruped_settings import parse_settings
     except ImportError:
         return None
-    s = parse_settings(**{**cfg.kwargs, "physics": "fast"})
+    registered = gym.spec(cfg.id).kwargs  # the task's own (the terrain of QuadrupedRough)
+    s = parse_settings(**{**registered, **cfg.kwargs, "physics": "fast"})
     spec, _ = robot_spec(s.terrain, s.terrain_options, s.kp, s.kd, physics="fast")
     return spec.compile()
 

@@ -195,11 +195,14 @@ def test_targets_trains_each_seed_evaluates_it_and_writes_the_record_and_the_pag
     assert text.count("| 3 |") == 2 and text.count("| 4 |") == 1 and "old" not in text
 
 
-def test_the_physics_worker_measures_mujoco_against_the_env_on_the_states_training_visits():
+@pytest.mark.parametrize("config", [None, "configs/quadruped_rough.yaml"], ids=["flat", "rough"])
+def test_the_physics_worker_measures_mujoco_against_the_env_on_the_states_training_visits(config):
+    where = ["--config", config] if config else []
     ran = run_module("scripts.bench.workers.quadruped_physics", "--steps", "200", "--rounds", "1",
-                     "env.num_envs=4", "algorithm.minibatch_size=32")  # fmt: skip
+                     *where, "env.num_envs=4", "algorithm.minibatch_size=32")  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     out = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert out["mj_step_fast_per_s"] > 0  # the task's fast physics, on its own terrain
     assert out["physics_steps_per_policy_step"] == 4  # 200 Hz physics under a 50 Hz policy
     assert out["limit_policy_steps_per_s"] == pytest.approx(out["mj_step_per_s"] / 4)
     # Rates, not compared here (a test asserts no timing): the benchmark's record compares them.
