@@ -2,11 +2,10 @@
 
 A step is: the policy's forward pass on a minibatch, `losses.ppo_loss`, its gradient
 (`torch.func.grad` of that function when compiled, `torch.autograd.grad` of the same function
-when eager), gradient clipping, and torch's own Adam on the state the
-step keeps. Nothing here re-implements the model, the loss or its gradient: speed comes from
-`torch.compile` fusing the whole step into a few kernels (and, on a GPU, from CUDA graphs where
-they apply). Without a working compiler, or with `trainer.compile: false`, the same functions run
-eagerly.
+when eager), gradient clipping, and torch's own Adam on the state the step keeps. Nothing here
+re-implements the model, the loss or its gradient: speed comes from `torch.compile` fusing the
+whole step into a few kernels (and, on a GPU, from CUDA graphs where they apply). Without a
+working compiler, or with `trainer.compile: false`, the same functions run eagerly.
 
 A step the update must not take (a non-finite loss or gradient, or the minibatch that trips
 `early_stop_kl`) changes nothing: weights, Adam's moments and its step counts are left as they
