@@ -32,9 +32,12 @@ def _env() -> dict[str, str]:
 
 def _one_core() -> None:
     """The blocks run on one core (the budget the doc tests keep to, on a machine others use):
-    the package then sizes its threads for one core, as it would on such a machine."""
+    the package then sizes its threads for one core, as it would on such a machine. Each pytest
+    worker (gw0, gw1, ...) takes its own core, so two pages run side by side, not on one core."""
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+        cores = sorted(os.sched_getaffinity(0))
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+        os.sched_setaffinity(0, {cores[int(worker) % len(cores)] if worker.isdigit() else cores[0]})
 
 
 class Session:
