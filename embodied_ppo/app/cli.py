@@ -2,7 +2,9 @@
 
 Each command's work lives with what it does (api.train_command, evaluate.evaluate_command,
 export.export_policy, plot.plot_runs); this module parses, dispatches and turns user errors
-into one line and an exit status.
+into one line and an exit status. It imports a command's module when the command runs, and
+`train` checks a new run's config before that: a config error is reported before torch loads
+(in a fraction of the second torch takes to import).
 """
 
 from __future__ import annotations
@@ -15,17 +17,9 @@ import logging
 import os
 import sys
 
-from embodied_ppo.app.evaluate import evaluate_command
-from embodied_ppo.app.export import export_policy
-from embodied_ppo.app.launch import torchrun
-from embodied_ppo.app.plot import plot_runs
-from embodied_ppo.app.relay import pack_command, parse_duration
-from embodied_ppo.app.session import QuietError
-from embodied_ppo.app.train import train_command
-from embodied_ppo.core.errors import UserError
+from embodied_ppo.core.errors import QuietError, UserError
 from embodied_ppo.core.version import __version__
 from embodied_ppo.io.render import configure_headless_gl
-from embodied_ppo.runner import distributed
 
 
 class _Parser(argparse.ArgumentParser):
@@ -209,6 +203,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     # the compiler's ~0.5M, ~1 s on 2 cores. Everything is written and closed by then (logs,
     # checkpoints, env workers), so the process leaves them to the system instead.
     atexit.register(gc.freeze)
+    if args.config and not args.resume:
+        from embodied_ppo.config.loading import load_config
+
+        load_config(args.config, args.overrides)  # checked again, the same, by the run
+    from embodied_ppo.app.relay import parse_duration
+    from embodied_ppo.app.train import train_command
+
     wall_time = None if args.wall_time is None else parse_duration(args.wall_time)
     return train_command(
         args.config, args.overrides, args.resume, args.use_intact, args.more, wall_time=wall_time
@@ -217,11 +218,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     """`embodied-ppo pack`; returns the exit status."""
+    from embodied_ppo.app.relay import pack_command
+
     return pack_command(args.run, args.out, args.best)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """`embodied-ppo eval`; returns the exit status."""
+    from embodied_ppo.app.evaluate import evaluate_command
+
     evaluate_command(
         args.checkpoint,
         episodes=args.episodes,
@@ -239,6 +244,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """`embodied-ppo export`; returns the exit status."""
+    from embodied_ppo.app.export import export_policy
+
     path, meta_path, _ = export_policy(args.checkpoint, args.format, args.out, args.use_intact)
     print(f"wrote {path} ({args.format})")
     print(f"wrote {meta_path}")
@@ -247,6 +254,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """`embodied-ppo plot`; returns the exit status."""
+    from embodied_ppo.app.plot import plot_runs
+
     path = plot_runs(args.runs, args.out, smooth=args.smooth, title=args.title)
     print(f"wrote {path}")
     return 0
@@ -254,6 +263,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_torchrun(args: argparse.Namespace) -> int:
     """`embodied-ppo torchrun`; returns the launcher's exit status."""
+    from embodied_ppo.app.launch import torchrun
+
     return torchrun(args.rest)
 
 
@@ -290,17 +301,37 @@ def main(argv: list[str] | None = None) -> None:
         code = commands[args.command](args)
     except UserError as exc:
         if not isinstance(exc, QuietError):
-            prefix = f"rank {distributed.rank()}: " if distributed.rank() > 0 else ""
+            rank = _distributed_rank()
+            prefix = f"rank {rank}: " if rank > 0 else ""
             print(f"embodied-ppo: error: {prefix}{exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:  # Ctrl-C outside training (which handles it itself)
         print("\nembodied-ppo: interrupted", file=sys.stderr)
         sys.exit(130)
     finally:
-        left_group = distributed.shutdown()
+        left_group = _leave_process_group()
     if left_group:
         exit_without_finalizing(code)
     sys.exit(code)
+
+
+def _distributed_rank() -> int:
+    """This process's rank in its process group (0 outside one; none exists before torch
+    loads)."""
+    if "torch" not in sys.modules:
+        return 0
+    from embodied_ppo.runner import distributed
+
+    return distributed.rank()
+
+
+def _leave_process_group() -> bool:
+    """Leave the process group, if this process joined one; whether it had."""
+    if "torch" not in sys.modules:
+        return False
+    from embodied_ppo.runner import distributed
+
+    return distributed.shutdown()
 
 
 def exit_without_finalizing(code: int) -> None:

@@ -14,7 +14,7 @@ from embodied_ppo.app.results import Callback, Run, TrainResult
 from embodied_ppo.config.building import from_dict
 from embodied_ppo.config.loading import apply_overrides, load_config
 from embodied_ppo.config.schema import Config, with_values
-from embodied_ppo.core.errors import ConfigError, UserError
+from embodied_ppo.core.errors import ConfigError, QuietError, UserError
 from embodied_ppo.core.system import elastic_restart
 from embodied_ppo.core.types import ConfigDict
 from embodied_ppo.io.lock import RunLock
@@ -28,10 +28,6 @@ def say(*args: Any, **kwargs: Any) -> None:
     """print, on the first process of a distributed run only."""
     if distributed.launch_rank() == 0:
         print(*args, **kwargs)
-
-
-class QuietError(UserError):
-    """An error another process has already printed."""
 
 
 def _config(

@@ -9,6 +9,10 @@ class UserError(Exception):
     exit_code = 2
 
 
+class QuietError(UserError):
+    """An error another process has already printed (the CLI exits without a line)."""
+
+
 class ConfigError(UserError):
     """An invalid configuration: unknown key, wrong type, value out of range, bad combination."""
 

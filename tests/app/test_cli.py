@@ -144,6 +144,27 @@ class _Exited(Exception):
     pass
 
 
+def test_a_config_error_is_reported_before_torch_loads(tmp_path):
+    # The command checks a new run's config first: the error line comes without torch's
+    # import (most of a second), and nothing is written.
+    code = (
+        "import sys\n"
+        "from embodied_ppo.app.cli import main\n"
+        "try:\n"
+        f"    main(['train', {str(ROOT / 'configs' / 'cartpole.yaml')!r}, "
+        f"'algorithm.clip_ratio_hig=0.2', 'trainer.run_dir={tmp_path / 'run'}'])\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        "embodied-ppo: error: algorithm.clip_ratio_hig: unknown key; did you mean "
+        "'clip_ratio_high'?"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(("in_group", "status"), [(True, 0), (True, 3), (False, 0)])
 def test_a_process_that_left_a_process_group_exits_without_finalizing(
     monkeypatch, capsys, in_group, status
@@ -162,7 +183,7 @@ def test_a_process_that_left_a_process_group_exits_without_finalizing(
         print("plotted")
         return status
 
-    monkeypatch.setattr(cli.distributed, "shutdown", lambda: in_group)
+    monkeypatch.setattr(cli, "_leave_process_group", lambda: in_group)
     monkeypatch.setattr(cli.os, "_exit", fake_exit)
     monkeypatch.setattr(cli, "cmd_plot", fake_plot)
     with pytest.raises(_Exited if in_group else SystemExit) as info:
