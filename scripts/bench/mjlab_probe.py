@@ -1,8 +1,9 @@
 """Commanded against achieved velocity: an exported policy of an mjlab velocity task held to
 fixed commands in mjlab, the same way whichever trainer made it.
 
-    python -m scripts.bench.mjlab_probe POLICY.onnx --task Mjlab-Velocity-Flat-Unitree-Go1 \\
-        --commands 0.5,0,0 1.0,0,0 1.5,0,0 0,0,0.5 --envs 64 --seconds 10 [--json OUT.json]
+    python -m scripts.bench.mjlab_probe POLICY.onnx [POLICY.onnx ...] \\
+        --task Mjlab-Velocity-Flat-Unitree-Go1 --commands 0.5,0,0 1.0,0,0 1.5,0,0 0,0,0.5 \\
+        --envs 64 --seconds 10 [--json OUT.json [OUT.json ...]]
 
 POLICY.onnx is this package's export (`embodied-ppo export RUN --format onnx`) or the ONNX
 file mjlab's rsl_rl training writes beside its checkpoints: the policy reads mjlab's actor
@@ -13,7 +14,9 @@ that command and nothing else for `--seconds`; reported are the mean and spread 
 of the velocity they achieved over the second half (after the gait settled), as mjlab measures
 it (the root link's, in its own frame), and how many fell. `--task` defaults to the one the
 export's JSON names. `--device cuda` steps mjlab on the GPU; the policy runs in onnxruntime on
-the CPU either way (a probe, not a benchmark).
+the CPU either way (a probe, not a benchmark). Several policies of one task are probed in
+one process (mjlab loaded once), each in fresh envs as if alone; `--json` then takes one file
+per policy, in the same order.
 """
 
 from __future__ import annotations
@@ -30,14 +33,14 @@ MODULE = "scripts.bench.mjlab_probe"
 def build_parser() -> cli_args.Parser:
     """The probe's command line."""
     p = cli_args.parser(MODULE, __doc__)
-    p.add_argument("policy", type=Path)
+    p.add_argument("policy", type=Path, nargs="+")
     p.add_argument("--task", help="the mjlab task id (default: the export's)")
     p.add_argument("--commands", nargs="+", default=["0.5,0,0", "1.0,0,0", "0,0,0.5"],
                    metavar="VX,VY,YAW")  # fmt: skip
     p.add_argument("--envs", type=int, default=64)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--json", type=Path, help="write the rows here too")
+    p.add_argument("--json", type=Path, nargs="+", help="write the rows here too (one per policy)")
     return p
 
 
@@ -60,17 +63,15 @@ def _commands(items: list[str]) -> list[tuple[float, float, float]]:
     return out
 
 
-def _task(args) -> str:
+def _task(args, policy: Path) -> str:
     if args.task:
         return args.task
-    meta = args.policy.with_name(args.policy.name + ".json")
+    meta = policy.with_name(policy.name + ".json")
     if meta.is_file():
         block = json.loads(meta.read_text()).get("mjlab") or {}
         if block.get("task"):
             return str(block["task"])
-    raise cli_args.BadInput(
-        f"--task: {args.policy} has no export JSON naming its task; give --task"
-    )
+    raise cli_args.BadInput(f"--task: {policy} has no export JSON naming its task; give --task")
 
 
 def fixed_command_env(task: str, envs: int, command: tuple[float, float, float], device):
@@ -131,30 +132,36 @@ def run_one(session, env, seconds: float) -> dict:
 
 
 def probe(args) -> None:
-    """Each command in turn; print the rows (and write them with --json)."""
+    """Each policy, each command in turn; print the rows (and write them with --json)."""
     import onnxruntime as ort
     import torch
 
-    if not args.policy.is_file():
-        raise cli_args.BadInput(f"{args.policy}: no such ONNX file")
-    task, commands = _task(args), _commands(args.commands)
-    session = ort.InferenceSession(str(args.policy), providers=["CPUExecutionProvider"])
-    rows = []
-    print(f"{args.policy.name} on {task}, {args.envs} robots x {args.seconds:g} s a command:")
-    print("| command vx, vy, yaw | achieved vx | achieved vy | achieved yaw | falls |")
-    print("|---|---:|---:|---:|---:|")
-    for command in commands:
-        env = fixed_command_env(task, args.envs, command, torch.device(args.device))
-        row = {"command": list(command), **run_one(session, env, args.seconds)}
-        env.close()
-        rows.append(row)
-        (a, s) = row["achieved"], row["spread"]
-        print(f"| {command[0]:+.2f}, {command[1]:+.2f}, {command[2]:+.2f} | {a[0]:+.2f} ± {s[0]:.2f} "
-              f"| {a[1]:+.2f} ± {s[1]:.2f} | {a[2]:+.2f} ± {s[2]:.2f} | {row['falls']} |")  # fmt: skip
-    if args.json:
-        record = {"policy": str(args.policy), "task": task, "envs": args.envs,
-                  "seconds": args.seconds, "rows": rows}  # fmt: skip
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
+    if args.json is not None and len(args.json) != len(args.policy):
+        raise cli_args.BadInput(
+            f"--json: got {len(args.json)} files for {len(args.policy)} policies; give one each"
+        )
+    for policy in args.policy:
+        if not policy.is_file():
+            raise cli_args.BadInput(f"{policy}: no such ONNX file")
+    tasks, commands = [_task(args, p) for p in args.policy], _commands(args.commands)
+    for i, policy in enumerate(args.policy):
+        session = ort.InferenceSession(str(policy), providers=["CPUExecutionProvider"])
+        rows = []
+        print(f"{policy.name} on {tasks[i]}, {args.envs} robots x {args.seconds:g} s a command:")
+        print("| command vx, vy, yaw | achieved vx | achieved vy | achieved yaw | falls |")
+        print("|---|---:|---:|---:|---:|")
+        for command in commands:
+            env = fixed_command_env(tasks[i], args.envs, command, torch.device(args.device))
+            row = {"command": list(command), **run_one(session, env, args.seconds)}
+            env.close()
+            rows.append(row)
+            (a, s) = row["achieved"], row["spread"]
+            print(f"| {command[0]:+.2f}, {command[1]:+.2f}, {command[2]:+.2f} | {a[0]:+.2f} ± {s[0]:.2f} "
+                  f"| {a[1]:+.2f} ± {s[1]:.2f} | {a[2]:+.2f} ± {s[2]:.2f} | {row['falls']} |")  # fmt: skip
+        if args.json:
+            record = {"policy": str(policy), "task": tasks[i], "envs": args.envs,
+                      "seconds": args.seconds, "rows": rows}  # fmt: skip
+            args.json[i].write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ cd "$(dirname "$0")/../.."  # the repository's root
 export PYTHONUNBUFFERED=1
 work=$(mktemp -d)
 log="$out/window.log"
-say() { echo "== $*" | tee -a "$log"; }
+say() { echo "== [${SECONDS}s] $*" | tee -a "$log"; }  # seconds into the window
 
 # The previous window's runs, unpacked.
 mkdir -p "$work/runs" "$work/rsl"
@@ -71,14 +71,17 @@ say "probes: commanded against achieved velocity"
 "$py" -m embodied_ppo export "$work/runs/ours" --format onnx --out "$work/ours.onnx" >>"$log" 2>&1
 theirs=$(find "$work/rsl/logs" -name '*.onnx' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -1 | cut -d' ' -f2)
 mkdir -p "$work/cmp/ours" "$work/cmp/rsl_rl"
+policies=() jsons=()  # the sides with a policy, probed in one process (mjlab loaded once)
 for side in ours rsl_rl; do
     policy="$work/ours.onnx"
     [ "$side" = rsl_rl ] && policy=$theirs
-    [ -n "$policy" ] && [ -f "$policy" ] && timeout 120 "$py" -m scripts.bench.mjlab_probe \
-        "$policy" --task Mjlab-Velocity-Flat-Unitree-Go1 --device "${PROBE_DEVICE:-cuda}" \
-        --envs "${PROBE_ENVS:-64}" --seconds "${PROBE_SECONDS:-6}" \
-        --json "$work/cmp/probe_$side.json" >>"$log" 2>&1
+    if [ -n "$policy" ] && [ -f "$policy" ]; then
+        policies+=("$policy") jsons+=("$work/cmp/probe_$side.json")
+    fi
 done
+[ ${#policies[@]} -gt 0 ] && timeout 240 "$py" -m scripts.bench.mjlab_probe "${policies[@]}" \
+    --task Mjlab-Velocity-Flat-Unitree-Go1 --device "${PROBE_DEVICE:-cuda}" \
+    --envs "${PROBE_ENVS:-64}" --seconds "${PROBE_SECONDS:-6}" --json "${jsons[@]}" >>"$log" 2>&1
 
 say "comparison"
 cp "$work/runs/ours/metrics.jsonl" "$work/cmp/ours/"
