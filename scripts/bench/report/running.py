@@ -133,7 +133,8 @@ CATALOG: tuple[Entry, ...] = (
         "scripts.bench.mjlab_probe",
         "python -m scripts.bench.mjlab_probe policy.onnx --task Mjlab-Velocity-Flat-Unitree-Go1 "
         "--commands 0.5,0,0 1.0,0,0 0,0,0.5 --envs 64 --seconds 10 --json probe.json",
-        "the --json file (commanded against achieved velocity, falls)",
+        "the --json file (commanded against achieved velocity, falls); several policies are "
+        "probed in one process, one --json file each",
         "the mjlab extra and an exported policy: a minute on a GPU, minutes on the CPU "
         "(estimated: 3 commands of 500 control steps of 64 robots)",
     ),
