@@ -1,0 +1,21 @@
+"""Build mjlab's Go1 velocity task once on the CPU and step it, with mjlab alone (the package
+need not be importable yet): Warp compiles the task's kernels into its cache (~/.cache/warp,
+or WARP_CACHE_PATH; about 30 s on a cold cache), and every mjlab test and training after it
+loads them from there. `.ci/run` runs it beside the base suite."""
+
+import importlib
+
+import torch
+
+registry = importlib.import_module("mjlab.tasks.registry")
+importlib.import_module("mjlab.tasks")  # registers the tasks
+envs = importlib.import_module("mjlab.envs")
+
+cfg = registry.load_env_cfg("Mjlab-Velocity-Flat-Unitree-Go1", play=True)
+cfg.scene.num_envs = 2
+env = envs.ManagerBasedRlEnv(cfg, device="cpu")
+env.reset(seed=0)
+for _ in range(2):
+    env.step(torch.zeros(2, env.action_manager.total_action_dim))
+env.close()
+print("mjlab's Go1 task built and stepped: Warp's kernels are in its cache")
