@@ -3,17 +3,14 @@ need not be importable yet): Warp compiles the task's kernels into its cache (~/
 or WARP_CACHE_PATH; about 30 s on a cold cache), and every mjlab test and training after it
 loads them from there. `.ci/run` runs it beside the base suite."""
 
-import importlib
-
+import mjlab.tasks  # noqa: F401  (importing it registers the tasks)
 import torch
-
-registry = importlib.import_module("mjlab.tasks.registry")
-importlib.import_module("mjlab.tasks")  # registers the tasks
-envs = importlib.import_module("mjlab.envs")
+from mjlab.envs import ManagerBasedRlEnv
+from mjlab.tasks import registry
 
 cfg = registry.load_env_cfg("Mjlab-Velocity-Flat-Unitree-Go1", play=True)
 cfg.scene.num_envs = 2
-env = envs.ManagerBasedRlEnv(cfg, device="cpu")
+env = ManagerBasedRlEnv(cfg, device="cpu")
 env.reset(seed=0)
 for _ in range(2):
     env.step(torch.zeros(2, env.action_manager.total_action_dim))

@@ -16,6 +16,7 @@ import gc
 import logging
 import os
 import sys
+from types import ModuleType
 
 from embodied_ppo.core.errors import QuietError, UserError
 from embodied_ppo.core.version import __version__
@@ -301,7 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         code = commands[args.command](args)
     except UserError as exc:
         if not isinstance(exc, QuietError):
-            rank = _distributed_rank()
+            group = _process_group()
+            rank = group.rank() if group is not None else 0
             prefix = f"rank {rank}: " if rank > 0 else ""
             print(f"embodied-ppo: error: {prefix}{exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -309,29 +311,20 @@ def main(argv: list[str] | None = None) -> None:
         print("\nembodied-ppo: interrupted", file=sys.stderr)
         sys.exit(130)
     finally:
-        left_group = _leave_process_group()
+        group = _process_group()
+        left_group = group.shutdown() if group is not None else False
     if left_group:
         exit_without_finalizing(code)
     sys.exit(code)
 
 
-def _distributed_rank() -> int:
-    """This process's rank in its process group (0 outside one; none exists before torch
-    loads)."""
+def _process_group() -> ModuleType | None:
+    """runner.distributed once torch has loaded; None before (no process group exists then)."""
     if "torch" not in sys.modules:
-        return 0
+        return None
     from embodied_ppo.runner import distributed
 
-    return distributed.rank()
-
-
-def _leave_process_group() -> bool:
-    """Leave the process group, if this process joined one; whether it had."""
-    if "torch" not in sys.modules:
-        return False
-    from embodied_ppo.runner import distributed
-
-    return distributed.shutdown()
+    return distributed
 
 
 def exit_without_finalizing(code: int) -> None:

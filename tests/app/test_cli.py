@@ -183,7 +183,9 @@ def test_a_process_that_left_a_process_group_exits_without_finalizing(
         print("plotted")
         return status
 
-    monkeypatch.setattr(cli, "_leave_process_group", lambda: in_group)
+    from embodied_ppo.runner import distributed
+
+    monkeypatch.setattr(distributed, "shutdown", lambda: in_group)
     monkeypatch.setattr(cli.os, "_exit", fake_exit)
     monkeypatch.setattr(cli, "cmd_plot", fake_plot)
     with pytest.raises(_Exited if in_group else SystemExit) as info:
