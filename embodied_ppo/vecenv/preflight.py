@@ -8,6 +8,7 @@ import difflib
 import gc
 import importlib
 import pickle
+import weakref
 
 import gymnasium as gym
 
@@ -157,9 +158,28 @@ def _spaces(cfg: EnvConfig) -> SpaceInfo:
         # Freed now, not when the garbage collector gets to it: a MuJoCo renderer frees its GL
         # context again when collected, and that releases whichever context is current then,
         # so the training envs made in this process after it would render black frames.
+        refs = _weak_refs(env)
         env.close()
         del env
-        gc.collect()
+        _collect_until_gone(refs)
+
+
+def _weak_refs(env: gym.Env) -> list[weakref.ref] | None:
+    """Weak references to `env` and its innermost env; None for a class without them."""
+    try:
+        return [weakref.ref(env), weakref.ref(env.unwrapped)]
+    except TypeError:  # __slots__ without __weakref__
+        return None
+
+
+def _collect_until_gone(refs: list[weakref.ref] | None) -> None:
+    """Most envs are gone with their last reference; one in a reference cycle (e.g. under
+    Gymnasium's AddRenderObservation) takes a collection: the young generations first, since a
+    full one costs ~0.1 s in a process that has loaded torch."""
+    for generation in (1, 2):
+        if refs is not None and all(ref() is None for ref in refs):
+            return
+        gc.collect(generation)
 
 
 def _cannot_create(cfg: EnvConfig, exc: BaseException) -> ConfigError:
