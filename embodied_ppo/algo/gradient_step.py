@@ -123,6 +123,8 @@ class GradientStep:
         self.weight_decay = self.adam.weight_decay
         self.lr = optim.lr  # the rate of the next update (the schedule sets it)
         self._lr = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.kl_target = optim.desired_kl  # the adaptive schedule's aim in the next update
+        self._kl_target = torch.zeros((), dtype=torch.float32, device=self.device)
         self.loss = (
             loss if loss is not None else MinibatchLoss(policy, algo, reference, settings.mirror)
         )
@@ -167,7 +169,7 @@ class GradientStep:
         from the addresses it was captured with. The mark belongs to the tensor object, so the
         calls pass these very tensors, never an alias (`detach`)."""
         if self.cudagraphs:
-            for t in (self.flat, *self.adam.tensors, self._lr):
+            for t in (self.flat, *self.adam.tensors, self._lr, self._kl_target):
                 torch._dynamo.mark_static_address(t)
 
     def pull(self) -> None:
@@ -179,6 +181,7 @@ class GradientStep:
             self.flat = self.flat.to(device)
             self.adam.to(device)
             self._lr = self._lr.to(device)
+            self._kl_target = self._kl_target.to(device)
         self._mark_static()
         with torch.no_grad():
             for view, p in zip(self._views(self.flat), self.params, strict=True):
@@ -210,6 +213,7 @@ class GradientStep:
         captured at all (torch runs it without CUDA graphs); a static input is read and written
         where it lies."""
         self._lr.fill_(self.lr)
+        self._kl_target.fill_(self.kl_target)  # read by the steps the same way
         return self._lr
 
     # ------------------------------------------------------------------ the step, in torch
@@ -243,6 +247,7 @@ class GradientStep:
         loss: Tensor,
         approx_kl: Tensor,
         lr: Tensor,
+        kl_target: Tensor,
         adam: AdamState,
     ) -> Tensor:
         o, a = self.optim, self.algo
@@ -253,7 +258,9 @@ class GradientStep:
             # The policy already moved too far from the behaviour policy: drop this minibatch.
             skip = skip | (approx_kl > a.early_stop_kl)
         if o.schedule == "adaptive":
-            lr.copy_(torch.where(skip & ~nonfinite, lr, adapt_learning_rate(lr, approx_kl, o)))
+            lr.copy_(
+                torch.where(skip & ~nonfinite, lr, adapt_learning_rate(lr, approx_kl, kl_target, o))
+            )
         coef = torch.ones_like(norm)
         if o.max_grad_norm is not None:  # the rule of torch.nn.utils.clip_grad_norm_
             coef = torch.clamp(o.max_grad_norm / (norm + 1e-6), max=1.0)
@@ -312,12 +319,15 @@ class GradientStep:
         mb: tuple[Tensor, ...],
         weights: Tensor,
         lr: Tensor,
+        kl_target: Tensor,
         adam: AdamState,
     ) -> Tensor:
         grad, metrics = self._grads_impl(flat, mb, weights)
         loss = metrics[self.metric_names.index("loss")]
         approx_kl = metrics[self.metric_names.index("approx_kl")]
-        return torch.cat([metrics, self._apply_impl(flat, grad, loss, approx_kl, lr, adam)])
+        return torch.cat(
+            [metrics, self._apply_impl(flat, grad, loss, approx_kl, lr, kl_target, adam)]
+        )
 
     # ------------------------------------------------------------------ calls
     def grads(self, mb: tuple[Tensor, ...], weights: Tensor) -> tuple[Tensor, Tensor]:
@@ -330,12 +340,14 @@ class GradientStep:
 
     def apply(self, grad: Tensor, loss: Tensor, approx_kl: Tensor) -> Tensor:
         """Clip `grad`, take the Adam step (or skip it); returns the STEP_FIELDS vector."""
-        out = self._guarded(1, self.flat, grad, loss, approx_kl, self._lr, self.adam.tensors)
+        out = self._guarded(
+            1, self.flat, grad, loss, approx_kl, self._lr, self._kl_target, self.adam.tensors
+        )
         return out.clone() if self.cudagraphs else out
 
     def step(self, mb: tuple[Tensor, ...], weights: Tensor) -> Tensor:
         """`grads` and `apply` of one whole minibatch in one call: metrics + STEP_FIELDS."""
-        out = self._guarded(2, self.flat, mb, weights, self._lr, self.adam.tensors)
+        out = self._guarded(2, self.flat, mb, weights, self._lr, self._kl_target, self.adam.tensors)
         return out.clone() if self.cudagraphs else out
 
     def will_compile(self) -> bool:

@@ -83,8 +83,19 @@ def extend_schedule(
     return Extension(step, lr_now, total)
 
 
-def adapt_learning_rate(lr: Tensor, kl: Tensor, optim: OptimConfig) -> Tensor:
-    """KL-adaptive rule: kl > 2 desired -> lr / 1.5; kl < desired / 2 -> lr * 1.5; clamped."""
-    lr = torch.where(kl > 2.0 * optim.desired_kl, lr / 1.5, lr)
-    lr = torch.where(kl < 0.5 * optim.desired_kl, lr * 1.5, lr)
+def kl_target(optim: OptimConfig, step: int, total: int) -> float:
+    """The approx_kl the adaptive schedule aims at in the update after global step `step` of a
+    run of `total` steps: desired_kl, or from it linearly to desired_kl_final at `total`."""
+    if optim.desired_kl_final is None:
+        return optim.desired_kl
+    progress = min(max(step / total, 0.0), 1.0)
+    return optim.desired_kl + (optim.desired_kl_final - optim.desired_kl) * progress
+
+
+def adapt_learning_rate(lr: Tensor, kl: Tensor, target: Tensor, optim: OptimConfig) -> Tensor:
+    """KL-adaptive rule: kl > 2 target -> lr / 1.5; kl < target / 2 -> lr * 1.5; clamped to
+    [lr_min, lr_max]. `target` (a 0-d tensor: `kl_target`) is float32, as the comparison with a
+    Python float was: doubling and halving are exact, so the rule decides alike."""
+    lr = torch.where(kl > 2.0 * target, lr / 1.5, lr)
+    lr = torch.where(kl < 0.5 * target, lr * 1.5, lr)
     return lr.clamp(optim.lr_min, optim.lr_max)

@@ -101,6 +101,10 @@ class PPOUpdate:
         """Set the learning rate of the next update."""
         self.step.lr = lr
 
+    def set_kl_target(self, kl: float) -> None:
+        """Set the approx_kl the adaptive schedule aims at in the next update."""
+        self.step.kl_target = kl
+
     def optimizer_state(self) -> CheckpointState:
         """Adam's state and the learning rate, as a checkpoint keeps them (torch.optim.Adam's
         form)."""

@@ -167,6 +167,16 @@ def _check_optim(cfg: Config) -> None:
     o = cfg.optim
     require(o.lr > 0, f"optim.lr: got {o.lr}, expected a number > 0")
     require(o.desired_kl > 0, f"optim.desired_kl: got {o.desired_kl}, expected a number > 0")
+    if o.desired_kl_final is not None:
+        require(
+            o.desired_kl_final > 0,
+            f"optim.desired_kl_final: got {o.desired_kl_final}, expected null or a number > 0",
+        )
+        require(
+            o.schedule == "adaptive",
+            f"optim.desired_kl_final: only the adaptive schedule aims at a KL; optim.schedule is "
+            f"{o.schedule!r}",
+        )
     require(
         0 < o.lr_min <= o.lr_max,
         f"optim.lr_min / optim.lr_max: got {o.lr_min} / {o.lr_max}, expected 0 < lr_min <= lr_max",

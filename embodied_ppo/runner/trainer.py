@@ -23,7 +23,7 @@ from threadpoolctl import ThreadpoolController
 from embodied_ppo.algo.batch import prepare_batch, refresh_advantages
 from embodied_ppo.algo.compiler import probe_cpu_compiler
 from embodied_ppo.algo.reward_scaling import RewardScaler
-from embodied_ppo.algo.schedules import Extension, run_learning_rate
+from embodied_ppo.algo.schedules import Extension, kl_target, run_learning_rate
 from embodied_ppo.algo.update import NonFiniteError
 from embodied_ppo.config.intervals import cadence
 from embodied_ppo.config.scale import per_process
@@ -244,6 +244,7 @@ class Trainer(RunState):
             cfg.optim, self.global_step, t.total_steps, self.updater.lr, self.extension
         )
         self.updater.set_lr(lr)
+        self.updater.set_kl_target(kl_target(cfg.optim, self.global_step, t.total_steps))
         t0 = time.perf_counter()
         torch.set_num_threads(self.collect_threads)
         with self.blas.limit(limits=1, user_api="blas"):

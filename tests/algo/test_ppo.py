@@ -16,11 +16,12 @@ import torch
 from support import ROOT, make_update, random_batch, spec
 
 from embodied_ppo.algo.minibatches import minibatch_indices
-from embodied_ppo.algo.schedules import adapt_learning_rate, learning_rate
+from embodied_ppo.algo.schedules import adapt_learning_rate, kl_target, learning_rate
 from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import NonFiniteError, PPOUpdate
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.model.actor_critic import ActorCritic
+from embodied_ppo.runner.trainer import Trainer
 
 
 def updater(policy, algo=None, optim=None, compile=False, reference=None):
@@ -430,7 +431,10 @@ def test_adaptive_learning_rate_thresholds():
     o = OptimConfig(lr=1e-3, schedule="adaptive", desired_kl=0.01, lr_min=1e-5, lr_max=1e-2)
 
     def adapt(lr, kl):
-        return adapt_learning_rate(torch.tensor(lr, dtype=torch.float64), torch.tensor(kl), o)
+        target = torch.tensor(o.desired_kl)
+        return adapt_learning_rate(
+            torch.tensor(lr, dtype=torch.float64), torch.tensor(kl), target, o
+        )
 
     assert adapt(1e-3, 0.021).item() == pytest.approx(1e-3 / 1.5)  # kl > 2 x desired
     assert adapt(1e-3, 0.019).item() == pytest.approx(1e-3)  # in between: unchanged
@@ -438,6 +442,75 @@ def test_adaptive_learning_rate_thresholds():
     assert adapt(1e-3, 0.0049).item() == pytest.approx(1.5e-3)  # kl < desired / 2
     assert adapt(9e-3, 0.0).item() == pytest.approx(1e-2)  # clamped at lr_max
     assert adapt(1.2e-5, 1.0).item() == pytest.approx(1e-5)  # clamped at lr_min
+
+
+def test_the_kl_target_moves_linearly_to_desired_kl_final():
+    fixed = OptimConfig(schedule="adaptive", desired_kl=0.04)
+    assert [kl_target(fixed, s, 100) for s in (0, 50, 100)] == [0.04] * 3
+    moving = OptimConfig(schedule="adaptive", desired_kl=0.04, desired_kl_final=0.01)
+    got = [kl_target(moving, s, 100) for s in (0, 25, 50, 100, 130)]
+    # by hand: 0.04 - 0.03 x the fraction of the run done, held at 0.01 past its end
+    assert got == pytest.approx([0.04, 0.0325, 0.025, 0.01, 0.01], abs=1e-15)
+
+
+def test_a_float32_target_tensor_decides_as_the_python_float_did():
+    """The target now comes as a float32 tensor (it may change from update to update without a
+    recompilation); the rule's comparisons must decide exactly as with the Python float, also
+    for the approx_kl values next to the thresholds."""
+    for desired in (0.01, 0.04, 0.003, 0.0725):
+        o = OptimConfig(lr=1e-3, schedule="adaptive", desired_kl=desired, lr_min=1e-6)
+        edges = torch.tensor([2.0 * desired, 0.5 * desired], dtype=torch.float32)
+        kl = torch.cat(
+            [torch.nextafter(edges, edges * 2), edges, torch.nextafter(edges, edges * 0)]
+        )
+        kl = torch.cat(
+            [kl, torch.rand(1000, generator=torch.Generator().manual_seed(0)) * 3 * desired]
+        )
+        lr = torch.full_like(kl, 1e-3)
+        old_rule = torch.where(kl > 2.0 * desired, lr / 1.5, lr)
+        old_rule = torch.where(kl < 0.5 * desired, old_rule * 1.5, old_rule).clamp(1e-6, 1e-2)
+        new_rule = adapt_learning_rate(lr, kl, torch.tensor(desired, dtype=torch.float32), o)
+        assert torch.equal(new_rule, old_rule), desired
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_the_gradient_step_aims_at_the_kl_target_it_is_given(compile):
+    """An approx_kl of 0.03 is above 2 x 0.01 (the rate falls) and inside [0.02, 0.08] for a
+    target of 0.04 (the rate stays): the step reads the target set for its update."""
+    policy = ActorCritic(spec())
+    optim = OptimConfig(lr=1e-3, schedule="adaptive", desired_kl=0.01, desired_kl_final=0.04)
+    upd = updater(policy, optim=optim, compile=compile)
+    grad = torch.zeros(sum(p.numel() for p in policy.parameters()))
+    rates = []
+    for target in (0.01, 0.04):
+        upd.set_lr(1e-3)
+        upd.set_kl_target(target)
+        step = upd.step
+        step.pull()
+        lr = step.learning_rate()
+        step.apply(grad, torch.zeros(()), torch.tensor(0.03))
+        rates.append(float(lr))
+    assert rates == pytest.approx([1e-3 / 1.5, 1e-3])
+
+
+def test_a_run_aims_each_update_at_the_kl_target_of_its_step(tmp_path, monkeypatch):
+    """4 iterations of 32 steps from desired_kl 0.04 to desired_kl_final 0.01 over 128 steps:
+    each update aims at 0.04 - 0.03 x (steps done / 128), by hand."""
+    from conftest import tiny_config
+
+    from embodied_ppo.algo.gradient_step import GradientStep
+
+    seen = []
+    fill = GradientStep.learning_rate
+
+    def spy(self):
+        seen.append(self.kl_target)
+        return fill(self)
+
+    monkeypatch.setattr(GradientStep, "learning_rate", spy)
+    optim = {"schedule": "adaptive", "desired_kl": 0.04, "desired_kl_final": 0.01}
+    Trainer(tiny_config(optim=optim), tmp_path, progress_stream=io.StringIO()).train()
+    assert seen == pytest.approx([0.04, 0.0325, 0.025, 0.0175], abs=1e-15)
 
 
 def test_update_reduces_the_loss_on_a_fixed_batch():

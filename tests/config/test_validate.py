@@ -61,6 +61,15 @@ from embodied_ppo.runner.preflight import check_run, inference_path, resolve_dev
             "model.hidden_sizes: got 64, expected a list of an integer",
         ),
         ({"optim": {"lr": float("nan")}}, "optim.lr: got .nan, expected a finite number"),
+        (
+            {"optim": {"schedule": "adaptive", "desired_kl_final": 0.0}},
+            "optim.desired_kl_final: got 0.0, expected null or a number > 0",
+        ),
+        (
+            {"optim": {"desired_kl_final": 0.01}},
+            "optim.desired_kl_final: only the adaptive schedule aims at a KL; optim.schedule is "
+            "'constant'",
+        ),
         ({"trainer": {"total_steps": 0}}, "trainer.total_steps: got 0"),
         ({"env": {"id": None}}, "env.id: required"),
         ({"algorithm": 3}, "algorithm: got 3, expected a mapping"),
