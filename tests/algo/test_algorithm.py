@@ -300,9 +300,10 @@ def test_under_cuda_graphs_every_tensor_a_step_writes_is_marked_static(micro):
     for flat, *_ in calls["grads"]:
         assert flat is step.flat and static(flat)
     for args in calls["apply"] + calls["step"]:
-        flat, lr, adam = args[0], args[-2], args[-1]
+        flat, lr, kl_target, adam = args[0], args[-3], args[-2], args[-1]
         assert flat is step.flat and lr is step.learning_rate() and adam is step.adam.tensors
-        assert all(static(t) for t in (flat, lr, *adam))
+        assert kl_target is step._kl_target  # read, not written, but its address is kept too
+        assert all(static(t) for t in (flat, lr, kl_target, *adam))
 
 
 # ----------------------------------------------------------------------------- KL loss
