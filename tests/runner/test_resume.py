@@ -102,20 +102,28 @@ def _straight_then_resumed(tmp_path, cfg, half: int):
 
 
 @pytest.mark.parametrize(
-    "env_id, env",
+    "env_id, env, optim",
     [
-        ("CartPole-v1", {}),
+        ("CartPole-v1", {}, {}),
+        # The adaptive schedule aiming at a KL target that falls over the run: each update's
+        # target is that of its step, after the resume as before it.
+        (
+            "CartPole-v1",
+            {},
+            {"schedule": "adaptive", "desired_kl": 0.002, "desired_kl_final": 0.0001},
+        ),
         # Short episodes, so that the envs reset (drawing from their own RNGs) on both sides of
         # the checkpoint; observation and reward normalization are on.
-        ("Hopper-v5", {"max_episode_steps": 20}),
+        ("Hopper-v5", {"max_episode_steps": 20}, {}),
         # The same with the envs stepped by two threads (the straight run too).
-        ("Hopper-v5", {"max_episode_steps": 20, "threads": 2}),
+        ("Hopper-v5", {"max_episode_steps": 20, "threads": 2}, {}),
         # The project's own arm task: a target drawn at every reset, success at episode ends.
-        ("EmbodiedPPO/Reach-v0", {"max_episode_steps": 24}),
+        ("EmbodiedPPO/Reach-v0", {"max_episode_steps": 24}, {}),
     ],
 )
-def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, env_id, env):
-    cfg = tiny_config(env_id, env=env, trainer={"total_steps": 128, "checkpoint_interval": 1})
+def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, env_id, env, optim):
+    trainer = {"total_steps": 128, "checkpoint_interval": 1}
+    cfg = tiny_config(env_id, env=env, optim=optim, trainer=trainer)
     straight, resumed = _straight_then_resumed(tmp_path, cfg, half=2)
     assert resumed.resume_note is None  # the envs were captured, mid-episode
     assert resumed.global_step == 64 and resumed.iteration == 2
