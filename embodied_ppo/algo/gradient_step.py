@@ -107,15 +107,11 @@ class GradientStep:
         # Where the Gaussian head's log-std parameter lies in the flat parameters: each step puts
         # it back into [LOG_STD_MIN, LOG_STD_MAX] (past the forward pass's clamp it would get
         # no gradient and stay there; below the floor the action noise rounds away).
-        offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
-        self.log_std_slice = next(
-            (
-                slice(o, o + n)
-                for name, o, n in zip(self.names, offsets, self.sizes, strict=True)
-                if name == "log_std"
-            ),
-            None,
-        )
+        self.log_std_slice, offset = None, 0
+        for name, size in zip(self.names, self.sizes, strict=True):
+            if name == "log_std":
+                self.log_std_slice = slice(offset, offset + size)
+            offset += size
         self.flat = torch.cat([p.detach().reshape(-1) for p in self.params])  # (P,)
         self.device = self.flat.device
         self.adam = FlatAdam(self.shapes, self.device, eps=optim.adam_eps)
@@ -204,16 +200,15 @@ class GradientStep:
         self.lr = self.adam.load_state_dict(state)
 
     def learning_rate(self) -> Tensor:
-        """The 0-d tensor the steps read their learning rate from, filled with `lr`.
+        """The 0-d tensor the steps read their learning rate from, filled with `lr` (and the
+        KL target's beside it, with `kl_target`).
 
-        It is one tensor for the life of this step, filled anew each update, and marked static
-        under CUDA graphs: a graph replays from the addresses it was captured with, so a new
-        tensor per update would be copied into the graph's own input at every replay, and a graph
-        that changes such an input in place (the adaptive schedule's step, `apply`) is not
-        captured at all (torch runs it without CUDA graphs); a static input is read and written
-        where it lies."""
+        One tensor each for the life of this step, filled anew each update and marked static
+        under CUDA graphs: a graph replays from the addresses it was captured with, and one that
+        changes an input not marked static in place (the adaptive schedule's step) is not
+        captured at all; a static input is read and written where it lies."""
         self._lr.fill_(self.lr)
-        self._kl_target.fill_(self.kl_target)  # read by the steps the same way
+        self._kl_target.fill_(self.kl_target)
         return self._lr
 
     # ------------------------------------------------------------------ the step, in torch
@@ -246,11 +241,11 @@ class GradientStep:
         grad: Tensor,
         loss: Tensor,
         approx_kl: Tensor,
-        lr: Tensor,
-        kl_target: Tensor,
+        rates: tuple[Tensor, Tensor],
         adam: AdamState,
     ) -> Tensor:
         o, a = self.optim, self.algo
+        lr, kl_target = rates  # the learning rate and the adaptive schedule's KL target
         norm = torch.linalg.vector_norm(grad)
         nonfinite = ~torch.isfinite(norm + loss)  # a non-finite loss can have finite gradients
         skip = nonfinite
@@ -318,16 +313,13 @@ class GradientStep:
         flat: Tensor,
         mb: tuple[Tensor, ...],
         weights: Tensor,
-        lr: Tensor,
-        kl_target: Tensor,
+        rates: tuple[Tensor, Tensor],
         adam: AdamState,
     ) -> Tensor:
         grad, metrics = self._grads_impl(flat, mb, weights)
         loss = metrics[self.metric_names.index("loss")]
         approx_kl = metrics[self.metric_names.index("approx_kl")]
-        return torch.cat(
-            [metrics, self._apply_impl(flat, grad, loss, approx_kl, lr, kl_target, adam)]
-        )
+        return torch.cat([metrics, self._apply_impl(flat, grad, loss, approx_kl, rates, adam)])
 
     # ------------------------------------------------------------------ calls
     def grads(self, mb: tuple[Tensor, ...], weights: Tensor) -> tuple[Tensor, Tensor]:
@@ -340,14 +332,14 @@ class GradientStep:
 
     def apply(self, grad: Tensor, loss: Tensor, approx_kl: Tensor) -> Tensor:
         """Clip `grad`, take the Adam step (or skip it); returns the STEP_FIELDS vector."""
-        out = self._guarded(
-            1, self.flat, grad, loss, approx_kl, self._lr, self._kl_target, self.adam.tensors
-        )
+        rates = (self._lr, self._kl_target)
+        out = self._guarded(1, self.flat, grad, loss, approx_kl, rates, self.adam.tensors)
         return out.clone() if self.cudagraphs else out
 
     def step(self, mb: tuple[Tensor, ...], weights: Tensor) -> Tensor:
         """`grads` and `apply` of one whole minibatch in one call: metrics + STEP_FIELDS."""
-        out = self._guarded(2, self.flat, mb, weights, self._lr, self._kl_target, self.adam.tensors)
+        rates = (self._lr, self._kl_target)
+        out = self._guarded(2, self.flat, mb, weights, rates, self.adam.tensors)
         return out.clone() if self.cudagraphs else out
 
     def will_compile(self) -> bool:

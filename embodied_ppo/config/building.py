@@ -192,6 +192,9 @@ def upgrade(data: ConfigDict) -> ConfigDict:
         algo.setdefault("normalize_value", False)
         algo.setdefault("symmetry", dataclasses.asdict(SymmetryConfig()))
         algo.setdefault("rnd", dataclasses.asdict(RNDConfig()))
+    if isinstance(out.get("optim"), dict):
+        # Saved before the KL target could fall: the target was desired_kl throughout.
+        out["optim"].setdefault("desired_kl_final", None)
     return out
 
 

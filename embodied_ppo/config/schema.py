@@ -264,10 +264,7 @@ class OptimConfig:
     )
     desired_kl: float = _key(0.01, "adaptive schedule: the approx_kl it aims at")
     desired_kl_final: float | None = _key(
-        None,
-        "adaptive schedule: the approx_kl aimed at by trainer.total_steps, moved to linearly "
-        "from desired_kl (e.g. large steps while the policy is far from good, small ones to "
-        "refine it); null: desired_kl throughout",
+        None, "adaptive schedule: the approx_kl aimed at by the run's end, linearly from desired_kl"
     )
     lr_min: float = _key(1e-5, "adaptive schedule: lowest learning rate")
     lr_max: float = _key(1e-2, "adaptive schedule: highest learning rate")

@@ -249,20 +249,26 @@ def test_every_update_reads_one_learning_rate_tensor(monkeypatch):
         optim_kw={"schedule": "adaptive", "desired_kl": 1e-6, "lr_min": 1e-5, "lr_max": 1e-1}
     )
     seen: list[tuple[torch.Tensor, float]] = []  # the tensors are kept, so no id is reused
+    targets: list[tuple[torch.Tensor, float]] = []  # the KL target's, the same way
     impl = upd.step._step
 
-    def spy(flat, mb, weights, lr, adam):
+    def spy(flat, mb, weights, rates, adam):
+        lr, kl_target = rates
         seen.append((lr, float(lr)))
-        return impl(flat, mb, weights, lr, adam)
+        targets.append((kl_target, float(kl_target)))
+        return impl(flat, mb, weights, rates, adam)
 
     monkeypatch.setattr(upd.step, "_step", spy)
     upd.update(random_batch(), 8)
     first = upd.lr
-    upd.set_lr(0.5)  # the schedule's value for the next update
+    upd.set_lr(0.5)  # the schedule's values for the next update
+    upd.set_kl_target(0.25)
     upd.update(random_batch(), 8)
     assert all(t is seen[0][0] for t, _ in seen)
     assert seen[0][1] == pytest.approx(1e-2) and first < 1e-2  # the KL lowered it in place
     assert seen[len(seen) // 2][1] == pytest.approx(0.5)  # refilled, not the old value
+    assert all(t is targets[0][0] for t, _ in targets)
+    assert targets[0][1] == pytest.approx(1e-6) and targets[-1][1] == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize("micro", [8, None], ids=["grads-then-apply", "one-step"])
@@ -300,7 +306,7 @@ def test_under_cuda_graphs_every_tensor_a_step_writes_is_marked_static(micro):
     for flat, *_ in calls["grads"]:
         assert flat is step.flat and static(flat)
     for args in calls["apply"] + calls["step"]:
-        flat, lr, kl_target, adam = args[0], args[-3], args[-2], args[-1]
+        flat, (lr, kl_target), adam = args[0], args[-2], args[-1]
         assert flat is step.flat and lr is step.learning_rate() and adam is step.adam.tensors
         assert kl_target is step._kl_target  # read, not written, but its address is kept too
         assert all(static(t) for t in (flat, lr, kl_target, *adam))

@@ -630,10 +630,12 @@ def test_the_cpu_compiler_probe_runs_beside_the_build_and_the_first_compiled_cal
     from embodied_ppo.runner.trainer import Trainer
 
     done: list[str] = []
+    real_probe = cpu_vec_isa.pick_vec_isa
 
-    def slow_probe():
+    def slow_probe():  # returns the real answer: what reads it while patched gets a real ISA
         time.sleep(2.0)
         done.append(threading.current_thread().name)
+        return real_probe()
 
     monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", slow_probe)
     monkeypatch.setattr(gs, "_PROBE", None)
