@@ -13,6 +13,7 @@ import sys
 import ppo_reference
 import pytest
 import torch
+from conftest import tiny_config
 from support import ROOT, make_update, random_batch, spec
 
 from embodied_ppo.algo.minibatches import minibatch_indices
@@ -496,8 +497,6 @@ def test_the_gradient_step_aims_at_the_kl_target_it_is_given(compile):
 def test_a_run_aims_each_update_at_the_kl_target_of_its_step(tmp_path, monkeypatch):
     """4 iterations of 32 steps from desired_kl 0.04 to desired_kl_final 0.01 over 128 steps:
     each update aims at 0.04 - 0.03 x (steps done / 128), by hand."""
-    from conftest import tiny_config
-
     from embodied_ppo.algo.gradient_step import GradientStep
 
     seen = []
@@ -623,11 +622,9 @@ def test_the_cpu_compiler_probe_runs_beside_the_build_and_the_first_compiled_cal
     import threading
     import time
 
-    from conftest import tiny_config
     from torch._inductor import cpu_vec_isa
 
     import embodied_ppo.algo.compiler as gs
-    from embodied_ppo.runner.trainer import Trainer
 
     done: list[str] = []
     real_probe = cpu_vec_isa.pick_vec_isa
