@@ -153,8 +153,9 @@ def legged() -> list[str]:
     final policies, the sweep) and the rough-ground run."""
     flat, rough = load("quadruped_flat_targets.json"), load("quadruped_rough.json")
     # Symmetry was measured beside the flat config of its time (6M steps at a constant KL target).
-    symmetric, beside = load("quadruped_flat_symmetry_targets.json"), load(
-        "quadruped_flat_targets_6m.json"
+    symmetric, beside = (
+        load("quadruped_flat_symmetry_targets.json"),
+        load("quadruped_flat_targets_6m.json"),
     )
     lines = [
         "| run | tracking error, m/s / rad/s | falls of 20 | sweep: falls | targets met and "
