@@ -37,24 +37,29 @@ class _Cell(nn.Module):
 
     def recur(self, xw: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(output h, new state) from the projected input (B, gates x size) and the state."""
-        H = self.size
-        h = state[:, :H]
-        hw = F.linear(h, self.weight_hh, self.bias_hh)
         if self.lstm:
-            c = state[:, H:]
-            gates = xw + hw
-            i = torch.sigmoid(gates[:, :H])
-            f = torch.sigmoid(gates[:, H : 2 * H])
-            g = torch.tanh(gates[:, 2 * H : 3 * H])
-            o = torch.sigmoid(gates[:, 3 * H :])
-            c = f * c + i * g
-            h = o * torch.tanh(c)
+            h, c = self.lstm_step(xw, *state.split(self.size, dim=1))
             return h, torch.cat([h, c], dim=1)
-        r = torch.sigmoid(xw[:, :H] + hw[:, :H])
-        z = torch.sigmoid(xw[:, H : 2 * H] + hw[:, H : 2 * H])
-        n = torch.tanh(xw[:, 2 * H :] + r * hw[:, 2 * H :])
-        h = (1.0 - z) * n + z * h
+        h = self.gru_step(xw, state)
         return h, h
+
+    def lstm_step(
+        self, xw: torch.Tensor, h: torch.Tensor, c: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h, c) after one LSTM step: nn.LSTM's equations, its gates split in one operation."""
+        gates = xw + F.linear(h, self.weight_hh, self.bias_hh)
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def gru_step(self, xw: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """h after one GRU step: nn.GRU's equations."""
+        hr, hz, hn = F.linear(h, self.weight_hh, self.bias_hh).chunk(3, dim=1)
+        xr, xz, xn = xw.chunk(3, dim=1)
+        r = torch.sigmoid(xr + hr)
+        z = torch.sigmoid(xz + hz)
+        n = torch.tanh(xn + r * hn)
+        return (1.0 - z) * n + z * h
 
 
 class RecurrentCore(nn.Module):
@@ -91,9 +96,16 @@ class RecurrentCore(nn.Module):
             s = state[:, i * S : (i + 1) * S]
             xw = cell.project(seq)  # every step's input projection in one product
             outputs = []
-            for t in range(x.shape[0]):
-                h, s = cell.recur(xw[t], s * keep[t])
-                outputs.append(h)
+            if cell.lstm:  # h and c apart inside the loop: no concatenation per step
+                h, c = s.split(self.size, dim=1)
+                for t in range(x.shape[0]):
+                    h, c = cell.lstm_step(xw[t], h * keep[t], c * keep[t])
+                    outputs.append(h)
+                s = torch.cat([h, c], dim=1)
+            else:
+                for t in range(x.shape[0]):
+                    s = cell.gru_step(xw[t], s * keep[t])
+                    outputs.append(s)
             seq = torch.stack(outputs)
             new_states.append(s)
         return seq, torch.cat(new_states, dim=1)
