@@ -165,6 +165,8 @@ def test_bad_input_is_one_line(exported, tmp_path):
     )
 
 
+# One robot: the task's id is refused before anything of the robot is read.
+@pytest.mark.parametrize("exported", ["go1"], indirect=True)
 def test_an_export_of_a_task_mjlab_lacks_is_one_line(exported, tmp_path):
     import shutil
 
