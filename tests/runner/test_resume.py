@@ -265,12 +265,34 @@ def test_env_state_refuses_what_it_cannot_see():
         restore_env(gym.make("CartPole-v1", disable_env_checker=True), state)
 
 
-def test_a_run_saved_before_the_checkpoint_was_a_typed_state_resumes_exactly(tmp_path):
+def _largest_miss(expected: dict, ours: dict) -> float:
+    """The largest difference between two checkpoints' weights, normalizers, reward scaler and
+    Adam moments, each relative to the largest entry of its tensor in `expected`."""
+    pairs = [
+        (v, ours[name][k]) for name in ("model", "reward_scaler") for k, v in expected[name].items()
+    ]
+    pairs += [(v, ours["optimizer"]["state"][i][k]) for i, state in expected["optimizer"]["state"].items()
+              for k, v in state.items() if k != "step"]  # fmt: skip
+    misses = [
+        ((a.double() - b.double()).abs().max() / a.double().abs().max().clamp_min(1e-30)).item()
+        for a, b in pairs
+        if a.is_floating_point() and a.numel()
+    ]
+    return max(misses)
+
+
+def test_a_run_saved_before_the_checkpoint_was_a_typed_state_resumes_where_it_stopped(tmp_path):
     """tests/data/run_v0: a Pendulum run of two iterations (in-reward KL: a reference policy
     and its coefficient; reward scaling) as the package wrote it before checkpoints were a
     typed state and before the gradient step kept Adam's state (a torch.optim.Adam's state
     dict, one step count shared by every parameter). Resumed from its first checkpoint through
-    the command's path, the second iteration is the one that run took, bit for bit."""
+    the command's path, the second iteration is the one that run took: its bookkeeping (steps,
+    learning rate, random streams, KL coefficient) exactly, its arithmetic to the last bits the
+    CPU's kernels round alike. The run was written on one CPU model and BLAS picks its kernels
+    by the CPU, so on another model a weight may differ from it in its last bit or two (1.5e-7
+    of the tensor's largest entry between an Intel Xeon and an AMD EPYC); the same resume with
+    Adam's step counts taken as a fresh optimizer's misses by 0.18. In-process resumes stay
+    bit-exact (the tests above)."""
     import shutil
 
     from support import ROOT
@@ -294,12 +316,9 @@ def test_a_run_saved_before_the_checkpoint_was_a_typed_state_resumes_exactly(tmp
     assert result.global_step == 64
     expected = load_checkpoint(saved / "checkpoints" / "ckpt_64.pt")
     ours = load_checkpoint(run / "checkpoints" / "ckpt_64.pt")
-    for name in ("model", "reward_scaler"):
-        for k, v in expected[name].items():
-            assert torch.equal(v, ours[name][k]), (name, k)
+    assert _largest_miss(expected, ours) < 1e-5  # ~1.5e-7 across CPU models, 0 on the same one
     for i, state in expected["optimizer"]["state"].items():
-        for k, v in state.items():
-            assert torch.equal(v, ours["optimizer"]["state"][i][k]), (i, k)
+        assert torch.equal(state["step"], ours["optimizer"]["state"][i]["step"]), i
     assert (
         ours["optimizer"]["param_groups"][0]["lr"] == expected["optimizer"]["param_groups"][0]["lr"]
     )
@@ -308,6 +327,16 @@ def test_a_run_saved_before_the_checkpoint_was_a_typed_state_resumes_exactly(tmp
     # Written now, its plain form is the typed state's, entry for entry.
     plain = {k: v for k, v in ours.items() if k not in ("format", "format_version")}
     assert same(RunCheckpoint.from_dict(ours).to_dict(), plain)
+
+    # The bound tells a wrong conversion from rounding: Adam restarted (every step count 1).
+    restarted = tmp_path / "restarted"
+    (restarted / "checkpoints").mkdir(parents=True)
+    shutil.copy(saved / "config.yaml", restarted / "config.yaml")
+    for state in old["optimizer"]["state"].values():
+        state["step"] = torch.tensor(1.0)
+    torch.save(old, restarted / "checkpoints" / "ckpt_32.pt")
+    embodied_ppo.train(resume=restarted / "checkpoints" / "ckpt_32.pt", progress=io.StringIO())
+    assert _largest_miss(expected, load_checkpoint(restarted / "checkpoints" / "ckpt_64.pt")) > 0.01
 
 
 def same(a, b) -> bool:
