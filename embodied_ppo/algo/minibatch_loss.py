@@ -16,10 +16,12 @@ from embodied_ppo.algo.minibatches import chunks_time_major
 from embodied_ppo.algo.mirror import Mirror
 from embodied_ppo.algo.symmetry import (
     Pairing,
+    action_means,
     chunk_pairing,
     flat_pairing,
     join_obs,
     mirror_loss,
+    mirror_loss_of,
 )
 from embodied_ppo.config.schema import AlgorithmConfig
 from embodied_ppo.core.obs import map_obs
@@ -126,6 +128,9 @@ class MinibatchLoss:
         obs, actions, old_logprobs, old_values, advantages, returns = mb[:6]
         extra = mb[8:] if self.seq_len else mb[6:]
         mirrored = m.obs(obs)
+        s = self.algo.symmetry
+        if not s.augment and not self.seq_len:
+            return self._mirror_loss_alone(params, buffers, mb, weights, mirrored)
         fwd_obs: Tensor | dict[str, Tensor] | None = None
         pairing: Pairing
         if self.seq_len:
@@ -148,7 +153,6 @@ class MinibatchLoss:
             pairing = flat_pairing(weights.shape[0])
             fwd_obs = join_obs(obs, mirrored, dim=0)
             dist, value = functional_call(self.policy, (params, buffers), (fwd_obs,))
-        s = self.algo.symmetry
         if s.augment:
             ppo_weights = pairing.join(0.5 * weights, 0.5 * weights)
         else:
@@ -172,6 +176,34 @@ class MinibatchLoss:
         asymmetry = mirror_loss(dist, m, pairing, pairing.order(weights))
         if s.mirror_loss_coef > 0:
             loss = loss + s.mirror_loss_coef * asymmetry
+        metrics["mirror_loss"] = asymmetry.detach()
+        metrics["loss"] = loss.detach()
+        return loss, torch.stack([metrics[n] for n in self.names])
+
+    def _mirror_loss_alone(
+        self,
+        params: dict[str, Tensor],
+        buffers: dict[str, Tensor],
+        mb: tuple[Tensor, ...],
+        weights: Tensor,
+        mirrored: Tensor | dict[str, Tensor],
+    ) -> tuple[Tensor, Tensor]:
+        """The loss of a feed-forward minibatch with the mirror loss and no augmentation: PPO's
+        terms over the rows, plus the mirror loss, for which the actor alone runs on the
+        mirrored observations (their values and log-probabilities weigh nothing here)."""
+        assert self.mirror is not None
+        obs = mb[0]
+        dist, value = functional_call(self.policy, (params, buffers), (obs,))
+        mirrored_dist, _ = functional_call(
+            self.policy, (params, buffers), (mirrored,), {"critic": False}
+        )
+        loss, metrics = self._ppo(dist, value, obs, mb[1:6], weights)
+        asymmetry = mirror_loss_of(
+            action_means(dist), action_means(mirrored_dist), self.mirror, weights
+        )
+        coef = self.algo.symmetry.mirror_loss_coef
+        if coef > 0:
+            loss = loss + coef * asymmetry
         metrics["mirror_loss"] = asymmetry.detach()
         metrics["loss"] = loss.detach()
         return loss, torch.stack([metrics[n] for n in self.names])

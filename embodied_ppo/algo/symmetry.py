@@ -166,11 +166,16 @@ def action_means(dist: Distribution) -> Tensor:
 
 
 def mirror_loss(dist: Distribution, mirror: Mirror, pairing: Pairing, weights: Tensor) -> Tensor:
-    """The mirror loss of a forward pass over rows and their mirrors: for each row, the mean
-    over the action's entries of (mean(mirrored obs) - mirror(mean(obs)))^2, the original's
-    mean a fixed target (no gradient flows through it), aggregated with the rows' `weights`
-    (in the forward's order)."""
-    means = action_means(dist)
-    original, mirrored = pairing.split(means)
+    """The mirror loss of a forward pass over rows and their mirrors (`mirror_loss_of`), the
+    rows' `weights` in the forward's order."""
+    original, mirrored = pairing.split(action_means(dist))
+    return mirror_loss_of(original, mirrored, mirror, weights)
+
+
+def mirror_loss_of(original: Tensor, mirrored: Tensor, mirror: Mirror, weights: Tensor) -> Tensor:
+    """The mirror loss of the rows' action means (`original`) and those on their mirrored
+    observations (`mirrored`), row for row: for each row, the mean over the action's entries of
+    (mean(mirrored obs) - mirror(mean(obs)))^2, the original's mean a fixed target (no gradient
+    flows through it), aggregated with the rows' `weights`."""
     target = mirror.means(original).detach()
     return ((mirrored - target).square().mean(dim=-1) * weights).sum()

@@ -245,14 +245,27 @@ class ActorCritic(nn.Module):
         return DiagGaussian(out, log_std)
 
     def forward(
-        self, obs: Obs, state: torch.Tensor | None = None, starts: torch.Tensor | None = None
+        self,
+        obs: Obs,
+        state: torch.Tensor | None = None,
+        starts: torch.Tensor | None = None,
+        *,
+        critic: bool = True,
     ) -> tuple[Distribution, torch.Tensor]:
         """Action distribution and value (B,) for a batch of raw observations (B, ...).
 
         A recurrent policy takes sequences: time-major observations (L, B, ...), the state
         before their first step (B, S) and the episode starts (L, B); its outputs are over the
         L x B steps, flattened time-major.
+
+        `critic` False (a feed-forward policy): the actor alone runs, and the value is an empty
+        (0,) tensor; the update's mirror loss reads only the actor on the mirrored rows.
         """
+        if not critic:
+            if self.actor_rnn is not None:
+                raise ValueError("a recurrent policy's actor runs with its critic: see step()")
+            actor_in, _ = self._inputs(obs, critic=False)
+            return self._dist(self.actor_backbone(actor_in)), actor_in.new_zeros(0)
         if self.actor_rnn is not None:
             if state is None or starts is None:
                 raise ValueError("a recurrent policy takes (obs, state, starts): see step()")

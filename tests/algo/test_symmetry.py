@@ -221,6 +221,37 @@ def test_the_mirror_loss_and_its_gradient_are_the_hand_computed_ones():
     assert any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(grads, both, strict=True))
 
 
+def test_the_mirror_loss_alone_runs_only_the_actor_on_the_mirrors():
+    """Without augmentation the mirrored rows' values weigh nothing, so the critic runs on the
+    batch's rows alone and the actor on the rows and their mirrors; with augmentation both run
+    on all of them. The actor alone (`critic=False`) is the whole forward's distribution."""
+    policy = sides_policy(seed=3)
+    mirror = Mirror.from_declaration(SIDES, SHAPES, 4)
+    n = 5
+    batch = sides_batch(policy, n, seed=4)
+    fields = behaviour_fields(policy, mirror, batch, n)
+    names = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+    mb = (*(batch[f] for f in names), fields["mirror_values"])
+    params, buffers = dict(policy.named_parameters()), dict(policy.named_buffers())
+    rows = {"actor": [], "critic": []}
+    for part in rows:
+        backbone = getattr(policy, f"{part}_backbone")
+        backbone.register_forward_hook(lambda m, i, o, part=part: rows[part].append(len(i[0])))
+    for augment, critic_rows in ((False, [n]), (True, [2 * n])):
+        rows["actor"].clear(), rows["critic"].clear()
+        algo = replace(ALGO, symmetry=SymmetryConfig(augment=augment, mirror_loss_coef=0.5))
+        MinibatchLoss(policy, algo, mirror=mirror)(params, buffers, mb, torch.ones(n) / n)
+        assert rows["critic"] == critic_rows
+        assert sum(rows["actor"]) == 2 * n
+    rows["actor"].clear(), rows["critic"].clear()
+    actor_alone, value = policy(batch["obs"], critic=False)
+    assert rows["critic"] == [] and value.numel() == 0
+    torch.testing.assert_close(actor_alone.mean, policy(batch["obs"])[0].mean, rtol=0, atol=0)
+    recurrent = sides_policy(seed=3, recurrent=RecurrentSpec("gru", 8, 1))
+    with pytest.raises(ValueError, match="actor runs with its critic"):
+        recurrent(batch["obs"], critic=False)
+
+
 def _run_update(policy, batch, mirror, algo, num_steps, optim=OptimConfig(lr=3e-3)):  # noqa: B008
     upd = PPOUpdate(
         policy, torch.Generator().manual_seed(1), UpdateSettings(algo, optim, mirror=mirror)
@@ -229,10 +260,11 @@ def _run_update(policy, batch, mirror, algo, num_steps, optim=OptimConfig(lr=3e-
     return {k: v.clone() for k, v in policy.state_dict().items()}, metrics
 
 
+@pytest.mark.parametrize("augment", [True, False], ids=["augmented", "mirror-loss-alone"])
 @pytest.mark.parametrize("micro", [3, 8])
-def test_micro_batches_do_not_change_an_augmented_update(micro):
+def test_micro_batches_do_not_change_a_symmetric_update(micro, augment):
     mirror = Mirror.from_declaration(SIDES, SHAPES, 4)
-    sym = SymmetryConfig(augment=True, mirror_loss_coef=0.5)
+    sym = SymmetryConfig(augment=augment, mirror_loss_coef=0.5)
     algo = replace(ALGO, symmetry=sym, minibatch_size=16, update_epochs=2)
     results = []
     for m in (None, micro):
