@@ -122,7 +122,8 @@ class MinibatchLoss:
         """The loss of minibatch `mb` with every row run beside its mirror (`algo.symmetry`):
         PPO's terms over the rows and, with augmentation, over their mirrors too (each of the
         pair weighted half the row's weight: the minibatch extended by its mirror), plus the
-        mirror loss; the mirror loss is measured (logged) in either mode."""
+        mirror loss; the mirror loss is measured (logged) in either mode. A feed-forward policy
+        without augmentation runs only its actor on the mirrors (`_mirror_loss_alone`)."""
         m = self.mirror
         assert m is not None
         obs, actions, old_logprobs, old_values, advantages, returns = mb[:6]
