@@ -175,11 +175,7 @@ class MinibatchLoss:
         kl_weights = pairing.join(weights, torch.zeros_like(weights))
         loss, metrics = self._ppo(dist, value, fwd_obs, fields, ppo_weights, kl_weights)
         asymmetry = mirror_loss(dist, m, pairing, pairing.order(weights))
-        if s.mirror_loss_coef > 0:
-            loss = loss + s.mirror_loss_coef * asymmetry
-        metrics["mirror_loss"] = asymmetry.detach()
-        metrics["loss"] = loss.detach()
-        return loss, torch.stack([metrics[n] for n in self.names])
+        return self._with_mirror_loss(loss, metrics, asymmetry)
 
     def _mirror_loss_alone(
         self,
@@ -202,6 +198,13 @@ class MinibatchLoss:
         asymmetry = mirror_loss_of(
             action_means(dist), action_means(mirrored_dist), self.mirror, weights
         )
+        return self._with_mirror_loss(loss, metrics, asymmetry)
+
+    def _with_mirror_loss(
+        self, loss: Tensor, metrics: dict[str, Tensor], asymmetry: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The PPO `loss` plus the weighted mirror loss (`asymmetry`), and the metrics vector
+        with both (the mirror loss logged whatever its coefficient)."""
         coef = self.algo.symmetry.mirror_loss_coef
         if coef > 0:
             loss = loss + coef * asymmetry
