@@ -79,38 +79,43 @@ class MinibatchLoss:
         and its metrics vector (`names`)."""
         if self.mirror is not None:
             return self._symmetric(params, buffers, mb, weights)
-        obs, actions, old_logprobs, old_values, advantages, returns = mb[:6]
-        if self.seq_len:
-            # Rows are B chunks of L steps; the core runs time-major from each chunk's stored
-            # first state, so every per-step input goes time-major too (the loss is a weighted
-            # sum: its order does not matter, only that all terms agree).
-            states, starts = mb[6], mb[7]
-            L = self.seq_len
-            B = weights.shape[0] // L
-
-            time_major = partial(chunks_time_major, length=L)
-
-            def flat_time_major(x: Tensor) -> Tensor:
-                """Rows (B*L, ...) reordered time-major: (L*B, ...)."""
-                return time_major(x).reshape(B * L, *x.shape[1:])
-
-            seq_obs = time_major(obs) if isinstance(obs, Tensor) else {
-                k: time_major(v) for k, v in obs.items()
-            }  # fmt: skip
-            state0 = states.reshape(B, L, -1)[:, 0]
-            dist, value = functional_call(
-                self.policy, (params, buffers), (seq_obs, state0, time_major(starts))
-            )
-            actions, old_logprobs, old_values, advantages, returns, weights = (
-                flat_time_major(x)
-                for x in (actions, old_logprobs, old_values, advantages, returns, weights)
-            )
-        else:
-            dist, value = functional_call(self.policy, (params, buffers), (obs,))
-        fields = (actions, old_logprobs, old_values, advantages, returns)
-        loss, metrics = self._ppo(dist, value, obs, fields, weights)
+        dist, value, fields, weights = self._forward(params, buffers, mb, weights)
+        loss, metrics = self._ppo(dist, value, mb[0], fields, weights)
         metrics["loss"] = loss.detach()
         return loss, torch.stack([metrics[n] for n in self.names])
+
+    def _forward(
+        self,
+        params: dict[str, Tensor],
+        buffers: dict[str, Tensor],
+        mb: tuple[Tensor, ...],
+        weights: Tensor,
+    ) -> tuple[Distribution, Tensor, tuple[Tensor, ...], Tensor]:
+        """The policy's forward pass over the minibatch's rows: its distribution and values, and
+        the rows' actions, old log-probs, old values, advantages and returns and the `weights`,
+        all in the forward's row order (time-major for a recurrent policy)."""
+        obs, *fields = mb[:6]
+        if not self.seq_len:
+            dist, value = functional_call(self.policy, (params, buffers), (obs,))
+            return dist, value, tuple(fields), weights
+        # Rows are B chunks of L steps; the core runs time-major from each chunk's stored first
+        # state, so every per-step input goes time-major too (the loss is a weighted sum: its
+        # order does not matter, only that all terms agree).
+        states, starts = mb[6], mb[7]
+        L = self.seq_len
+        B = weights.shape[0] // L
+        time_major = partial(chunks_time_major, length=L)
+
+        def flat_time_major(x: Tensor) -> Tensor:
+            """Rows (B*L, ...) reordered time-major: (L*B, ...)."""
+            return time_major(x).reshape(B * L, *x.shape[1:])
+
+        state0 = states.reshape(B, L, -1)[:, 0]
+        dist, value = functional_call(
+            self.policy, (params, buffers), (map_obs(time_major, obs), state0, time_major(starts))
+        )
+        fields = tuple(flat_time_major(x) for x in fields)
+        return dist, value, fields, flat_time_major(weights)
 
     def _symmetric(
         self,
@@ -130,7 +135,7 @@ class MinibatchLoss:
         extra = mb[8:] if self.seq_len else mb[6:]
         mirrored = m.obs(obs)
         s = self.algo.symmetry
-        if not s.augment and not self.seq_len:
+        if not s.augment:
             return self._mirror_loss_alone(params, buffers, mb, weights, mirrored)
         fwd_obs: Tensor | dict[str, Tensor] | None = None
         pairing: Pairing
@@ -185,16 +190,24 @@ class MinibatchLoss:
         weights: Tensor,
         mirrored: Tensor | dict[str, Tensor],
     ) -> tuple[Tensor, Tensor]:
-        """The loss of a feed-forward minibatch with the mirror loss and no augmentation: PPO's
-        terms over the rows, plus the mirror loss, for which the actor alone runs on the
-        mirrored observations (their values and log-probabilities weigh nothing here)."""
+        """The loss of a minibatch with the mirror loss and no augmentation: PPO's terms over
+        the rows, plus the mirror loss, for which the actor alone runs on the mirrored
+        observations (their values and log-probabilities weigh nothing here); a recurrent
+        actor's mirrored chunks start from the states along the mirrored trajectories."""
         assert self.mirror is not None
-        obs = mb[0]
-        dist, value = functional_call(self.policy, (params, buffers), (obs,))
+        dist, value, fields, weights = self._forward(params, buffers, mb, weights)
+        if self.seq_len:
+            L = self.seq_len
+            C = weights.shape[0] // L
+            time_major = partial(chunks_time_major, length=L)
+            state0 = mb[9].reshape(C, L, -1)[:, 0]  # the mirrored chunks' first states
+            inputs = (map_obs(time_major, mirrored), state0, time_major(mb[7]))
+        else:
+            inputs = (mirrored,)
         mirrored_dist, _ = functional_call(
-            self.policy, (params, buffers), (mirrored,), {"critic": False}
+            self.policy, (params, buffers), inputs, {"critic": False}
         )
-        loss, metrics = self._ppo(dist, value, obs, mb[1:6], weights)
+        loss, metrics = self._ppo(dist, value, mb[0], fields, weights)
         asymmetry = mirror_loss_of(
             action_means(dist), action_means(mirrored_dist), self.mirror, weights
         )

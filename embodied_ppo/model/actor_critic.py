@@ -190,19 +190,22 @@ class ActorCritic(nn.Module):
         return torch.zeros(batch, self.state_size, device=device or self.action_low.device)
 
     def _recurrent_features(
-        self, obs: Obs, state: torch.Tensor, starts: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self, obs: Obs, state: torch.Tensor, starts: torch.Tensor, critic: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """(actor features, critic features) (L*B, H) and the state after the last step, for
         time-major observations (L, B, ...), the state before the first step (B, S) and the
-        episode starts (L, B)."""
+        episode starts (L, B). `critic` False: the actor's core alone runs (no critic features,
+        and the actor's part of the state)."""
         L, B = starts.shape
         flat = obs.reshape(L * B, *obs.shape[2:]) if isinstance(obs, torch.Tensor) else {
             k: v.reshape(L * B, *v.shape[2:]) for k, v in obs.items()
         }  # fmt: skip
-        actor_in, critic_in = self._inputs(flat)
+        actor_in, critic_in = self._inputs(flat, critic)
         n = self.actor_rnn.state_size
         actor_seq, actor_state = self.actor_rnn(actor_in.reshape(L, B, -1), state[:, :n], starts)
         actor = self.actor_backbone(actor_seq).reshape(L * B, -1)
+        if not critic:
+            return actor, None, actor_state
         if self.critic_rnn is None:
             return actor, actor, actor_state
         critic_seq, critic_state = self.critic_rnn(
@@ -258,21 +261,22 @@ class ActorCritic(nn.Module):
         before their first step (B, S) and the episode starts (L, B); its outputs are over the
         L x B steps, flattened time-major.
 
-        `critic` False (a feed-forward policy): the actor alone runs, and the value is an empty
-        (0,) tensor; the update's mirror loss reads only the actor on the mirrored rows.
+        `critic` False: the actor alone runs (a recurrent policy's actor core from its part of
+        `state`), and the value is an empty (0,) tensor; the update's mirror loss reads only the
+        actor on the mirrored rows.
         """
-        if not critic:
-            if self.actor_rnn is not None:
-                raise ValueError("a recurrent policy's actor runs with its critic: see step()")
-            actor_in, _ = self._inputs(obs, critic=False)
-            return self._dist(self.actor_backbone(actor_in)), actor_in.new_zeros(0)
         if self.actor_rnn is not None:
             if state is None or starts is None:
                 raise ValueError("a recurrent policy takes (obs, state, starts): see step()")
-            actor, critic, _ = self._recurrent_features(obs, state, starts)
+            actor, features, _ = self._recurrent_features(obs, state, starts, critic)
+        elif not critic:
+            actor_in, _ = self._inputs(obs, critic=False)
+            actor, features = self.actor_backbone(actor_in), None
         else:
-            actor, critic = self._features(obs)
-        return self._dist(actor), self.value_head(critic).squeeze(-1)
+            actor, features = self._features(obs)
+        if features is None:
+            return self._dist(actor), actor.new_zeros(0)
+        return self._dist(actor), self.value_head(features).squeeze(-1)
 
     def sample_noise(
         self, batch: int, device: torch.device, generator: torch.Generator | None = None

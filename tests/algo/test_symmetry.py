@@ -247,8 +247,21 @@ def test_the_mirror_loss_alone_runs_only_the_actor_on_the_mirrors():
     actor_alone, value = policy(batch["obs"], critic=False)
     assert rows["critic"] == [] and value.numel() == 0
     torch.testing.assert_close(actor_alone.mean, policy(batch["obs"])[0].mean, rtol=0, atol=0)
+    # A recurrent policy's actor alone runs its own core from its part of the state.
     recurrent = sides_policy(seed=3, recurrent=RecurrentSpec("gru", 8, 1))
-    with pytest.raises(ValueError, match="actor runs with its critic"):
+    L, B = 3, 2
+    seq = {k: torch.randn(L, B, *shape) for k, shape in SHAPES.items()}
+    state, starts = torch.randn(B, recurrent.state_size), torch.zeros(L, B)
+    starts[1, 0] = 1.0
+    cores = []
+    recurrent.critic_rnn.register_forward_hook(lambda m, i, o: cores.append("critic"))
+    actor_alone, value = recurrent(seq, state, starts, critic=False)
+    assert cores == [] and value.numel() == 0
+    whole = recurrent(seq, state, starts)[0]
+    assert cores == ["critic"]
+    torch.testing.assert_close(actor_alone.mean, whole.mean, rtol=0, atol=0)
+    torch.testing.assert_close(actor_alone.std, whole.std, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"takes \(obs, state, starts\)"):
         recurrent(batch["obs"], critic=False)
 
 
@@ -309,18 +322,21 @@ def recurrent_batch(policy: ActorCritic, T: int, N: int, seed: int = 11) -> dict
     }
 
 
-def test_a_recurrent_policys_mirrored_chunks_run_from_the_mirrored_trajectories_states():
+@pytest.mark.parametrize("augment", [True, False], ids=["augmented", "mirror-loss-alone"])
+def test_a_recurrent_policys_mirrored_chunks_run_from_the_mirrored_trajectories_states(augment):
     """The mirrored chunks run from the states the behaviour policy reaches along the mirrored
     trajectories: at the update's first step the mirror loss and the mirrored samples' values
     are those of the policy stepped by hand along each env's mirrored observations (from a zero
     state, zeroed where episodes start), the collected rows' ratios are 1 (approx_kl 0); and
-    splitting the minibatches into micro-batches of whole chunks changes nothing."""
+    splitting the minibatches into micro-batches of whole chunks changes nothing. Without
+    augmentation the critic's core runs on the collected chunks alone, and the loss is the
+    plain loss of the batch plus the weighted mirror loss."""
     T, N, L = 8, 4, 4
     mirror = Mirror.from_declaration(SIDES, SHAPES, 4)
     gru = RecurrentSpec("gru", 8, 1)
     algo = replace(
         ALGO,
-        symmetry=SymmetryConfig(augment=True, mirror_loss_coef=0.3),
+        symmetry=SymmetryConfig(augment=augment, mirror_loss_coef=0.3),
         rollout_steps=T,
         sequence_length=L,
         minibatch_size=T * N,
@@ -361,11 +377,21 @@ def test_a_recurrent_policys_mirrored_chunks_run_from_the_mirrored_trajectories_
         else batch[f][order]
         for f in (*fields, "mirror_values", "mirror_states")
     )
-    _, metrics = loss(params, buffers, mb, torch.full((T * N,), 1.0 / (T * N)))
+    critic_steps = []
+    hook = policy.critic_rnn.register_forward_hook(
+        lambda m, i, o: critic_steps.append(i[0].shape[:2].numel())
+    )
+    weights = torch.full((T * N,), 1.0 / (T * N))
+    total, metrics = loss(params, buffers, mb, weights)
+    hook.remove()
     named = dict(zip(loss.names, metrics.tolist(), strict=True))
     assert abs(named["approx_kl"]) < 1e-6
     assert named["mirror_loss"] == pytest.approx(hand_loss, rel=1e-5)
     assert named["mirror_loss"] > 1e-6  # an asymmetric policy
+    assert critic_steps == [(2 if augment else 1) * T * N]
+    if not augment:
+        plain, _ = MinibatchLoss(policy, algo)(params, buffers, mb[:8], weights)  # no mirror
+        assert float(total) == pytest.approx(float(plain) + 0.3 * hand_loss, rel=1e-5)
 
     results = []
     for micro in (None, L):
