@@ -98,24 +98,28 @@ class MinibatchLoss:
         if not self.seq_len:
             dist, value = functional_call(self.policy, (params, buffers), (obs,))
             return dist, value, tuple(fields), weights
-        # Rows are B chunks of L steps; the core runs time-major from each chunk's stored first
+        # Rows are chunks of L steps; the core runs time-major from each chunk's stored first
         # state, so every per-step input goes time-major too (the loss is a weighted sum: its
         # order does not matter, only that all terms agree).
-        states, starts = mb[6], mb[7]
-        L = self.seq_len
-        B = weights.shape[0] // L
-        time_major = partial(chunks_time_major, length=L)
+        inputs = self._sequences(obs, mb[6], mb[7])
+        dist, value = functional_call(self.policy, (params, buffers), inputs)
 
         def flat_time_major(x: Tensor) -> Tensor:
-            """Rows (B*L, ...) reordered time-major: (L*B, ...)."""
-            return time_major(x).reshape(B * L, *x.shape[1:])
+            """Rows (C*L, ...) reordered time-major: (L*C, ...)."""
+            return chunks_time_major(x, self.seq_len).reshape(x.shape)
 
-        state0 = states.reshape(B, L, -1)[:, 0]
-        dist, value = functional_call(
-            self.policy, (params, buffers), (map_obs(time_major, obs), state0, time_major(starts))
-        )
         fields = tuple(flat_time_major(x) for x in fields)
         return dist, value, fields, flat_time_major(weights)
+
+    def _sequences(
+        self, obs: Tensor | dict[str, Tensor], states: Tensor, starts: Tensor
+    ) -> tuple[Tensor | dict[str, Tensor], Tensor, Tensor]:
+        """A recurrent policy's forward inputs for rows that are chunks of `seq_len` steps: the
+        observations and episode starts time-major (L, C, ...), and each chunk's first state."""
+        L = self.seq_len
+        time_major = partial(chunks_time_major, length=L)
+        first = states.reshape(-1, L, states.shape[-1])[:, 0]
+        return map_obs(time_major, obs), first, time_major(starts)
 
     def _symmetric(
         self,
@@ -140,21 +144,15 @@ class MinibatchLoss:
         fwd_obs: Tensor | dict[str, Tensor] | None = None
         pairing: Pairing
         if self.seq_len:
-            L = self.seq_len
-            C = weights.shape[0] // L
-
-            time_major = partial(chunks_time_major, length=L)
-
-            pairing = chunk_pairing(C, L)
-            seq_obs = join_obs(map_obs(time_major, obs), map_obs(time_major, mirrored), dim=1)
-            states, starts, mirror_states = mb[6], mb[7], extra[1]
-            state0 = torch.cat(
-                [states.reshape(C, L, -1)[:, 0], mirror_states.reshape(C, L, -1)[:, 0]]
+            pairing = chunk_pairing(weights.shape[0] // self.seq_len, self.seq_len)
+            rows = self._sequences(obs, mb[6], mb[7])
+            mirrors = self._sequences(mirrored, extra[1], mb[7])
+            inputs = (
+                join_obs(rows[0], mirrors[0], dim=1),
+                torch.cat([rows[1], mirrors[1]]),
+                torch.cat([rows[2], mirrors[2]], dim=1),
             )
-            seq_starts = torch.cat([time_major(starts), time_major(starts)], dim=1)
-            dist, value = functional_call(
-                self.policy, (params, buffers), (seq_obs, state0, seq_starts)
-            )
+            dist, value = functional_call(self.policy, (params, buffers), inputs)
         else:
             pairing = flat_pairing(weights.shape[0])
             fwd_obs = join_obs(obs, mirrored, dim=0)
@@ -196,14 +194,8 @@ class MinibatchLoss:
         actor's mirrored chunks start from the states along the mirrored trajectories."""
         assert self.mirror is not None
         dist, value, fields, weights = self._forward(params, buffers, mb, weights)
-        if self.seq_len:
-            L = self.seq_len
-            C = weights.shape[0] // L
-            time_major = partial(chunks_time_major, length=L)
-            state0 = mb[9].reshape(C, L, -1)[:, 0]  # the mirrored chunks' first states
-            inputs = (map_obs(time_major, mirrored), state0, time_major(mb[7]))
-        else:
-            inputs = (mirrored,)
+        # A recurrent actor's mirrored chunks start from the mirrored trajectories' states (mb[9]).
+        inputs = self._sequences(mirrored, mb[9], mb[7]) if self.seq_len else (mirrored,)
         mirrored_dist, _ = functional_call(
             self.policy, (params, buffers), inputs, {"critic": False}
         )
