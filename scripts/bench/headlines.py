@@ -1,9 +1,10 @@
-"""Rewrite the headline numbers of README.md and docs/performance.md from their records.
+"""Rewrite the headline numbers of README.md, docs/performance.md and docs/distillation.md from
+their records.
 
 The speed table, the MuJoCo table, the classic-control, arm and memory tasks' table, the
-quadruped's table and the GPU table sit between generated markers (scripts/bench/report/
-headlines.py); each is written from records in docs/bench, and each names its records' commits
-and dates. Run after a benchmark writes a record; tests/scripts/bench/test_bench_headlines.py
+quadruped's table, the GPU table and the distillation pipeline's table over seeds sit between
+generated markers (scripts/bench/report/headlines.py); each is written from records in
+docs/bench, and each names its records' commits and dates. Run after a benchmark writes a record; tests/scripts/bench/test_bench_headlines.py
 fails while a page says other than its records.
 
     python -m scripts.bench.headlines           # rewrite the blocks

@@ -1,0 +1,100 @@
+"""The distillation pipeline's block of docs/distillation.md (scripts/bench/report/distillation.py):
+its numbers over seeds against a hand computation on made-up records, the bar's verdict where it
+flips, and records it cannot read refused in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from scripts.bench.lib.args import BadInput
+from scripts.bench.report import distillation
+
+RUNS = {  # run -> its evaluation labels
+    "teacher": ("final",),
+    "student": ("final",),
+    "blind": ("at_60_min", "at_85_min"),
+    "finetune_warmup": ("final",),
+    "finetune_no_warmup": ("final",),
+}
+
+
+def sweep(lin: float, falls: int) -> list[dict]:
+    """An evaluation of 20 episodes from levels 0, 4, 9: errors growing 0.01 a level."""
+    return [
+        {"key": "env.kwargs.terrain_options.initial_level", "value": level,
+         "tracking_error_lin": lin + 0.01 * i, "tracking_error_yaw": 2 * lin + 0.01 * i,
+         "fall_rate": falls / 20}
+        for i, level in enumerate((0, 4, 9))
+    ]  # fmt: skip
+
+
+def write_record(bench, seed: int, teacher: float, student: float, falls: int = 1) -> None:
+    runs = {}
+    for run, labels in RUNS.items():
+        lin = {"teacher": teacher, "student": student}.get(run, 0.3)
+        evals = {lab: {"episodes": 20, "sweep": sweep(lin, falls)} for lab in labels}
+        runs[run] = {"seed": seed, "eval": evals}
+    prov = {"commit": "0123456789abcdef", "date": "2026-11-29T00:00:00+00:00",
+            "machine": {"cpu": "a CPU"}, "command": "python -m scripts.bench.quadruped record"}  # fmt: skip
+    name = f"quadruped_rough_distillation_{seed}.json"
+    (bench / name).write_text(json.dumps({"runs": runs, "provenance": prov}))
+
+
+def row(lines: list[str], start: str) -> list[str]:
+    (line,) = [x for x in lines if x.startswith(start)]
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_each_cell_is_the_iqm_over_seeds_and_the_worst_seed(tmp_path):
+    teachers = {100: 0.20, 101: 0.26, 102: 0.22}
+    for seed, t in teachers.items():
+        write_record(tmp_path, seed, t, 0.25, falls=seed - 99)  # 1, 2, 3 falls
+    lines = distillation.block(tmp_path)
+    cells = row(lines, "| teacher")
+    # Three seeds: the middle one weighs 2/3 in the IQM, the other two 1/6 each.
+    a, b, c = sorted(teachers.values())
+    assert cells[1] == "0"
+    assert cells[2].startswith(f"{a / 6 + 2 * b / 3 + c / 6:.3f} [")
+    assert cells[2].endswith("worst 0.260 (101)")
+    assert cells[3].startswith(f"{(2 * a) / 6 + 2 * (2 * b) / 3 + (2 * c) / 6:.3f} [")
+    assert (
+        cells[4].startswith(f"{1 / 6 + 2 * 2 / 3 + 3 / 6:.1f} [") and "worst 3.0 (102)" in cells[4]
+    )
+    low, high = map(float, re.search(r"\[(.*), (.*)\]", cells[2]).groups())
+    assert a <= low <= high <= c  # a bootstrap interval of the IQM lies within the seeds' range
+    assert "Seeds 100, 101, 102 (3)" in lines[0]
+    assert (
+        "_101.json](bench/quadruped_rough_distillation_101.json) (0123456, 2026-11-29, a CPU)"
+        in (lines[-1])
+    )
+
+
+def test_the_student_against_its_teacher_and_the_bar(tmp_path):
+    write_record(tmp_path, 100, teacher=0.20, student=0.22)  # 10% worse: within the bar
+    write_record(tmp_path, 101, teacher=0.20, student=0.22)
+    level0 = row(distillation.block(tmp_path), "| 0 |")
+    assert level0[1] == "1.10 (1.10, 1.10)" and level0[3] == "yes"
+    assert level0[4] == f"{0.22 / 0.3:.2f} ({0.22 / 0.3:.2f}, {0.22 / 0.3:.2f})"  # blind at 85 min
+    write_record(tmp_path, 101, teacher=0.20, student=0.26)  # 30% worse on one seed
+    level0 = row(distillation.block(tmp_path), "| 0 |")
+    assert level0[1] == "1.20 (1.10, 1.30)" and level0[3] == "no"
+
+
+def test_records_it_cannot_read_are_refused_in_one_line(tmp_path):
+    with pytest.raises(BadInput, match="no record docs/bench/quadruped_rough_distillation"):
+        distillation.block(tmp_path)
+    write_record(tmp_path, 100, 0.2, 0.2)
+    record = json.loads((tmp_path / "quadruped_rough_distillation_100.json").read_text())
+    del record["runs"]["blind"]["eval"]["at_85_min"]
+    (tmp_path / "quadruped_rough_distillation_100.json").write_text(json.dumps(record))
+    with pytest.raises(BadInput, match="lacks blind:at_85_min's sweep"):
+        distillation.block(tmp_path)
+    write_record(tmp_path, 100, 0.2, 0.2)
+    (tmp_path / "quadruped_rough_distillation.json").write_text(
+        (tmp_path / "quadruped_rough_distillation_100.json").read_text()
+    )
+    with pytest.raises(BadInput, match="seed 100 has two distillation records"):
+        distillation.block(tmp_path)
