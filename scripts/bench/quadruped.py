@@ -40,33 +40,16 @@ starts again at 0: its time is the sum of the stretches (lib/runs.py, `stitched`
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from scripts.bench.lib import args as cli_args
 from scripts.bench.lib import legged, proc, records
-from scripts.bench.lib.runs import run_settings, stitched
+from scripts.bench.lib.runs import collect, curve, run_settings, stitched
 from scripts.bench.report import legged as legged_page
 
 MODULE = "scripts.bench.quadruped"
-KEYS = (
-    "charts/episodic_return",
-    "charts/episodic_length",
-    "charts/SPS",
-    "metrics/tracking_error_lin",
-    "metrics/tracking_error_yaw",
-    "metrics/fall_rate",
-    "metrics/terrain_level",
-    "eval/metrics/tracking_error_lin",
-    "eval/metrics/tracking_error_yaw",
-    "eval/metrics/fall_rate",
-    "eval/metrics/terrain_level",
-    "eval/episodic_return",
-    "losses/std",
-    "losses/mirror_loss",  # algorithm.symmetry: the policy's asymmetry
-)
 PANELS = [
     ("metrics/tracking_error_lin", "linear velocity error (m/s)"),
     ("metrics/tracking_error_yaw", "yaw rate error (rad/s)"),
@@ -75,57 +58,23 @@ PANELS = [
 ]
 
 
-def _clean(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def curve(run: Path, every: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A run's curve points (every `every`-th row, every evaluated row and the last) and its
-    steps, iterations and training time."""
-    rows, wall = stitched(run)
-    points = []
-    for i, row in enumerate(rows):
-        if i % every and "eval/metrics/tracking_error_lin" not in row and i != len(rows) - 1:
-            continue
-        point = {"step": row["global_step"], "time_s": round(row["wall"], 1)}
-        point.update({k: _clean(row[k]) for k in KEYS if k in row})
-        points.append(point)
-    last = rows[-1]
-    summary = {"steps": last["global_step"], "iterations": last["iteration"],
-               "wall_s": round(wall, 1)}  # fmt: skip
-    return points, summary
-
-
 def record(args, argv: list[str]) -> None:
     """Collect the runs and their evaluations into one record."""
-    import yaml
-
-    runs: dict[str, Any] = {}
+    runs: dict[str, Path] = {}
     for item in args.run:
         name, eq, path = item.partition("=")
-        run = Path(path)
-        if not eq or not (run / "metrics.jsonl").is_file():
+        if not eq or not (Path(path) / "metrics.jsonl").is_file():
             raise cli_args.BadInput(f"--run {item}: expected NAME=RUN_DIR of a run")
-        config = yaml.safe_load((run / "config.yaml").read_text())
-        points, summary = curve(run, args.every)
-        runs[name] = {
-            "run_dir": str(run),
-            "env_id": config["env"]["id"],
-            "seed": config["trainer"]["seed"],
-            "env_kwargs": config["env"]["kwargs"],
-            **summary,
-            "curve": points,
-            "eval": {},
-        }
+        runs[name] = Path(path)
+    evals: dict[tuple[str, str], Path] = {}
     for item in args.eval:
         key, eq, path = item.partition("=")
         name, _, label = key.partition(":")
         if not eq or name not in runs or not Path(path).is_file():
             raise cli_args.BadInput(f"--eval {item}: expected NAME:LABEL=EVAL_JSON of a --run")
-        data = json.loads(Path(path).read_text())
-        data.pop("episode_logs", None)  # per-episode logs: the means are kept
-        runs[name]["eval"][label] = data
-    out = {"note": args.note, "runs": runs, "provenance": records.provenance(MODULE, argv)}
+        evals[(name, label)] = Path(path)
+    out = {"note": args.note, "runs": collect(runs, evals, args.every),
+           "provenance": records.provenance(MODULE, argv)}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")

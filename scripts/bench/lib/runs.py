@@ -1,16 +1,36 @@
-"""Training runs as the benchmarks start and read them: run settings, curves, resumed clocks."""
+"""Training runs as the benchmarks start and read them: run settings, curves, resumed clocks, and
+finished runs with their evaluations collected into a record's `runs`."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from scripts.bench.lib.args import BadInput
 
 # How a run runs, not what it learns: what `--set` may give every run of an invocation (e.g.
 # one thread each where several runs share the machine; docs/performance.md).
 RUN_SETTINGS = ("trainer.torch_threads", "env.threads", "env.processes")
+# What a legged run's curve keeps of each metrics row (scripts.bench.quadruped, distillation).
+CURVE_KEYS = (
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "metrics/tracking_error_lin",
+    "metrics/tracking_error_yaw",
+    "metrics/fall_rate",
+    "metrics/terrain_level",
+    "eval/metrics/tracking_error_lin",
+    "eval/metrics/tracking_error_yaw",
+    "eval/metrics/fall_rate",
+    "eval/metrics/terrain_level",
+    "eval/episodic_return",
+    "losses/std",
+    "losses/mirror_loss",  # algorithm.symmetry: the policy's asymmetry
+)
 
 
 def run_settings(values: Sequence[str]) -> list[str]:
@@ -76,3 +96,51 @@ def stitched(run: Path) -> tuple[list[dict], float]:
         row["wall"] = offset + row.get("time", 0.0)
         rows.append(row)
     return rows, rows[-1]["wall"] if rows else 0.0
+
+
+def _clean(value: Any) -> Any:
+    """A metric as JSON keeps it: a non-finite float as null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def curve(run: Path, every: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A run's curve points (every `every`-th row, every evaluated row and the last) and its
+    steps, iterations and training time."""
+    rows, wall = stitched(run)
+    points = []
+    for i, row in enumerate(rows):
+        if i % every and "eval/metrics/tracking_error_lin" not in row and i != len(rows) - 1:
+            continue
+        point = {"step": row["global_step"], "time_s": round(row["wall"], 1)}
+        point.update({k: _clean(row[k]) for k in CURVE_KEYS if k in row})
+        points.append(point)
+    last = rows[-1]
+    summary = {"steps": last["global_step"], "iterations": last["iteration"],
+               "wall_s": round(wall, 1)}  # fmt: skip
+    return points, summary
+
+
+def collect(runs: dict[str, Path], evals: dict[tuple[str, str], Path], every: int) -> dict:
+    """Runs (by name) and their evaluations (by run name and label) as a record's `runs`: per
+    run its env, seed and env kwargs, steps, iterations and training time, its curve (every
+    `every`-th row), and its eval.json files (their per-episode logs dropped)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for name, run in runs.items():
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        points, summary = curve(run, every)
+        out[name] = {
+            "run_dir": str(run),
+            "env_id": config["env"]["id"],
+            "seed": config["trainer"]["seed"],
+            "env_kwargs": config["env"]["kwargs"],
+            **summary,
+            "curve": points,
+            "eval": {},
+        }
+    for (name, label), path in evals.items():
+        data = json.loads(path.read_text())
+        data.pop("episode_logs", None)  # per-episode logs: the means are kept
+        out[name]["eval"][label] = data
+    return out

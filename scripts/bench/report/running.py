@@ -102,6 +102,14 @@ CATALOG: tuple[Entry, ...] = (
         "(the final policy and its sweep)",
     ),
     Entry(
+        "scripts.bench.distillation",
+        "python -m scripts.bench.distillation --seeds 103 104 --runs runs/distillation",
+        "docs/bench/quadruped_rough_distillation_SEED.json and the block of "
+        "docs/distillation.md over every seed's record",
+        "per seed: 97 min of trainings two at a time (60 + 25 + 12) and ~5 min of evaluations "
+        "(the records)",
+    ),
+    Entry(
         "scripts.bench.quadruped_speed",
         "python -m scripts.bench.quadruped_speed --version before=/tmp/before --version after=. "
         "--steps 300000",
@@ -112,7 +120,8 @@ CATALOG: tuple[Entry, ...] = (
     Entry(
         "scripts.bench.headlines",
         "python -m scripts.bench.headlines",
-        "the generated blocks of README.md and docs/performance.md, from docs/bench",
+        "the generated blocks of README.md, docs/performance.md and docs/distillation.md, from "
+        "docs/bench",
         "seconds",
     ),
     Entry(
