@@ -46,11 +46,12 @@ MODULE = "scripts.bench.distillation"
 PAGE = ROOT / "docs" / "distillation.md"
 ONE_CORE = ["trainer.torch_threads=1", "env.threads=1", "env.processes=1"]
 LEVELS = "env.kwargs.terrain_options.initial_level=[0,4,9]"
-# Each policy evaluated: (run, label in the record, what `eval` reads, its eval.json).
+# Each policy evaluated: (run, label in the record, the run folder `eval` reads or None for blind
+# PPO's checkpoint at the end of phase 1, the eval.json it writes).
 EVALS = (
     ("teacher", "final", "teacher", "teacher/eval.json"),
     ("student", "final", "student", "student/eval.json"),
-    ("blind", "at_60_min", "{blind_checkpoint}", "blind_phase1_eval.json"),
+    ("blind", "at_60_min", None, "blind_phase1_eval.json"),
     ("blind", "at_85_min", "blind", "blind/eval.json"),
     ("finetune_warmup", "final", "ft_warmup", "ft_warmup/eval.json"),
     ("finetune_no_warmup", "final", "ft_nowarm", "ft_nowarm/eval.json"),
@@ -103,12 +104,12 @@ def phases(args, seed: int, folder: Path) -> list[list[tuple[str, list[str]]]]:
 def eval_commands(args, folder: Path, blind_checkpoint: str) -> list[tuple[str, list[str]]]:
     """Each policy's evaluation command (by log name), in EVALS' order."""
     out = []
-    for run, label, what, _ in EVALS:
-        target = blind_checkpoint if what == "{blind_checkpoint}" else str(here(folder / what))
+    for run, label, what, written in EVALS:
+        target = blind_checkpoint if what is None else str(here(folder / what))
         cmd = [sys.executable, "-m", "embodied_ppo", "eval", target, "--episodes",
                str(args.episodes), "--seed", str(args.eval_seed), "--sweep", LEVELS]  # fmt: skip
-        if what == "{blind_checkpoint}":
-            cmd += ["--json", str(here(folder / "blind_phase1_eval.json"))]
+        if what is None:  # a checkpoint: its eval.json goes where the record reads it
+            cmd += ["--json", str(here(folder / written))]
         out.append((f"eval_{run}_{label}", cmd))
     return out
 
