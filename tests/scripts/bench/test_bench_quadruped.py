@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from bench_support import run_module
@@ -208,6 +209,52 @@ def test_the_physics_worker_measures_mujoco_against_the_env_on_the_states_traini
     # Rates, not compared here (a test asserts no timing): the benchmark's record compares them.
     assert out["member_steps_per_s"] > 0 and out["vector_steps_per_s"] > 0
     assert out["num_envs"] == 4 and len(out["rounds"]["mj_step"]) == 1
+
+
+def test_the_physics_rate_does_not_subtract_a_pass_that_lost_its_core(monkeypatch):
+    import time
+    import types
+
+    import mujoco
+
+    from scripts.bench.workers import quadruped_physics
+
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><worldbody><body><freejoint/><geom size='0.1'/></body></worldbody></mujoco>"
+    )
+    data = mujoco.MjData(model)
+    kind = mujoco.mjtState.mjSTATE_INTEGRATION
+    states = []
+    for _ in range(200):
+        mujoco.mj_step(model, data)
+        state = np.empty(mujoco.mj_stateSize(model, kind))
+        mujoco.mj_getState(model, data, state, kind)
+        states.append(state)
+    alone = quadruped_physics.physics_rate(model, states)
+    # The first stretch that only sets states (no mj_step) looks 1 s long: the process lost its
+    # core there. Subtracted from the stepping pass's time, it would make the rate negative.
+    calls = {"set": 0, "step": 0, "lost": 0.0}
+    real_set, real_step = mujoco.mj_setState, mujoco.mj_step
+
+    def counted(name, fn):
+        def call(*a):
+            calls[name] += 1
+            return fn(*a)
+
+        return call
+
+    def clock() -> float:
+        if calls["set"] and not calls["step"] and not calls["lost"]:
+            calls["lost"] = 1.0
+        calls["set"] = calls["step"] = 0
+        return time.perf_counter() + calls["lost"]
+
+    monkeypatch.setattr(mujoco, "mj_setState", counted("set", real_set))
+    monkeypatch.setattr(mujoco, "mj_step", counted("step", real_step))
+    monkeypatch.setattr(quadruped_physics, "time", types.SimpleNamespace(perf_counter=clock))
+    rate = quadruped_physics.physics_rate(model, states)
+    assert calls["lost"] == 1.0  # the stall happened
+    assert 0.2 < rate / alone < 5
 
 
 def test_the_cores_model_gives_back_its_measurements_and_is_bounded_by_the_serial_parts():
