@@ -18,8 +18,8 @@ Per seed S, in RUNS/seedS (each training `embodied-ppo train ... trainer.seed=S 
    --sweep env.kwargs.terrain_options.initial_level=[0,4,9]`): the teacher, the student, blind
    PPO at the end of phase 1 (its newest checkpoint then) and at the end, both fine-tunes;
 5. the record docs/bench/quadruped_rough_distillation_S.json (the runs' curves and evaluations,
-   `scripts.bench.quadruped`'s `collect`), then docs/distillation.md's block over every seed's
-   record (`scripts.bench.headlines`).
+   `scripts.bench.quadruped`'s `collect`), then docs/distillation.md's blocks from every seed's
+   record, over seeds and seed by seed (`scripts.bench.headlines`).
 
 A phase that ended writes RUNS/seedS/phaseN.json; invoked again with the same --runs, a seed
 goes on after its last ended phase. A phase that was cut short is refused: remove its runs.
@@ -213,7 +213,8 @@ def run(args, argv: Sequence[str], begin: Start = start) -> int:
         records.write_results(out, rec)
         print(f"wrote {out}", flush=True)
     if not args.dry_run and bench.resolve() == records.BENCH.resolve():
-        PAGE.write_text(headlines.rewrite(PAGE.read_text(), ("distillation",)))
+        blocks = headlines.PAGES["docs/distillation.md"]
+        PAGE.write_text(headlines.rewrite(PAGE.read_text(), blocks))
         print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 

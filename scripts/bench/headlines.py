@@ -2,10 +2,11 @@
 their records.
 
 The speed table, the MuJoCo table, the classic-control, arm and memory tasks' table, the
-quadruped's table, the GPU table and the distillation pipeline's table over seeds sit between
-generated markers (scripts/bench/report/headlines.py); each is written from records in
-docs/bench, and each names its records' commits and dates. Run after a benchmark writes a record; tests/scripts/bench/test_bench_headlines.py
-fails while a page says other than its records.
+quadruped's table, the GPU table and the distillation pipeline's tables (over seeds, and each
+seed's) sit between generated markers (scripts/bench/report/headlines.py); each is written from
+records in docs/bench, and each names its records' commits and dates. Run after a benchmark
+writes a record; tests/scripts/bench/test_bench_headlines.py fails while a page says other than
+its records.
 
     python -m scripts.bench.headlines           # rewrite the blocks
     python -m scripts.bench.headlines --check   # exit 1, naming the blocks that differ

@@ -6,7 +6,8 @@ record` from one seed's runs and their evaluations from terrain levels 0, 4 and 
 Each policy's tracking errors and falls at each level as the IQM over seeds with its 95%
 bootstrap interval and the worst seed (scripts/bench/lib/stats.py); then the student against
 its teacher (the bar: within 15%) and against blind PPO given the same wall time, each seed's
-ratio of errors and the IQM of those ratios.
+ratio of errors and the IQM of those ratios. A second block (`seeds_block`) gives each seed's
+policies one by one: their wall time, steps and each level's errors and falls.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ POLICIES = (
 LEVELS = (0, 4, 9)
 ERRORS = (("tracking_error_lin", "linear"), ("tracking_error_yaw", "yaw"))
 WITHIN = 1.15  # the student's errors within 15% of the teacher's
+# Runs a seed's record may hold beside POLICIES' (each evaluated as "final"), by their row.
+EXTRA = {
+    "finetune_low_std_warmup": "the same at the student's std (`finetune.log_std=-2.0`), warm-up",
+    "finetune_low_std_no_warmup": "the same at the student's std, no warm-up",
+}
+# Whose wall time an evaluation's row shows: blind PPO's checkpoint at the end of the first
+# phase was taken at the teacher's time; the other rows show their own run's.
+CLOCK = {("blind", "at_60_min"): "teacher"}
+# Runs that begin from another's policy: their wall time adds to it.
+ADDED = ("student", "finetune")
 
 
 def load_all(bench: Path | None = None) -> dict[str, dict]:
@@ -137,3 +148,35 @@ def _provenance(recs: dict[str, dict]) -> str:
         parts.append(f"[{name}](bench/{name}) ({(prov['commit'] or '?')[:7]}, "
                      f"{prov['date'][:10]}, {prov['machine']['cpu']})")  # fmt: skip
     return "Records: " + "; ".join(parts) + "."
+
+
+def seeds_block(bench: Path | None = None) -> list[str]:
+    """The markdown lines of the per-seed block: one table per seed, a row per policy."""
+    lines = ["Each seed's policies, linear error (m/s) / yaw error (rad/s) / falls in 20 episodes "
+             "from each level; steps are the evaluated checkpoint's."]  # fmt: skip
+    for name, rec in sorted(load_all(bench).items(), key=lambda kv: _seed(kv[1])):
+        prov = rec["provenance"]
+        lines += [
+            "",
+            f"Seed {_seed(rec)}, on {prov['machine']['cpu']} (record [{name}](bench/{name}), "
+            f"{(prov['commit'] or '?')[:7]}, {prov['date'][:10]}):",
+            "",
+            "| policy | wall time | steps | " + " | ".join(f"level {lv}" for lv in LEVELS) + " |",
+            "| --- | ---: | ---: | " + " | ".join("---" for _ in LEVELS) + " |",
+        ]
+        rows = [(title.rsplit(", ", 1)[0], run, label) for title, run, label in POLICIES]
+        rows += [(title, run, "final") for run, title in EXTRA.items() if run in rec["runs"]]
+        for title, run, label in rows:
+            levels = _levels(rec, run, label)
+            clock = rec["runs"][CLOCK.get((run, label), run)]["wall_s"]
+            added = "+" if run.startswith(ADDED) else ""
+            step = rec["runs"][run]["eval"][label]["global_step"]
+            cells = [f"{lv[ERRORS[0][0]]:.3f} / {lv[ERRORS[1][0]]:.3f} / {_falls(lv):.0f}"
+                     for lv in (levels[level] for level in LEVELS)]  # fmt: skip
+            lines.append(f"| {title} | {added}{clock / 60:.0f} min | {step / 1e6:.1f}M | "
+                         f"{' | '.join(cells)} |")  # fmt: skip
+    return lines
+
+
+def _seed(record: dict) -> int:
+    return int(record["runs"]["teacher"]["seed"])

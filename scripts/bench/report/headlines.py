@@ -292,10 +292,11 @@ BUILDERS: dict[str, Callable[[], list[str]]] = {
     "legged": legged,
     "gpu": gpu,
     "distillation": distillation.block,
+    "distillation_seeds": distillation.seeds_block,
 }
 PAGES = {"README.md": ("legged", "speed", "mujoco", "results", "gpu"),
          "docs/performance.md": ("speed_detail",),
-         "docs/distillation.md": ("distillation",)}  # fmt: skip
+         "docs/distillation.md": ("distillation", "distillation_seeds")}  # fmt: skip
 
 
 def sources() -> list[tuple[str, dict]]:

@@ -31,12 +31,21 @@ def sweep(lin: float, falls: int) -> list[dict]:
     ]  # fmt: skip
 
 
-def write_record(bench, seed: int, teacher: float, student: float, falls: int = 1) -> None:
+# Each run's wall time (s) and its evaluations' steps, as a pipeline's phases give them.
+WALL = {"teacher": 3600, "student": 1500, "blind": 5100, "finetune_warmup": 720,
+        "finetune_no_warmup": 690}  # fmt: skip
+STEPS = {"final": 4_000_000, "at_60_min": 12_340_000, "at_85_min": 18_000_000}
+
+
+def write_record(
+    bench, seed: int, teacher: float, student: float, falls: int = 1, extra: tuple[str, ...] = ()
+) -> None:
     runs = {}
-    for run, labels in RUNS.items():
+    for run, labels in (*RUNS.items(), *((r, ("final",)) for r in extra)):
         lin = {"teacher": teacher, "student": student}.get(run, 0.3)
-        evals = {lab: {"episodes": 20, "sweep": sweep(lin, falls)} for lab in labels}
-        runs[run] = {"seed": seed, "eval": evals}
+        evals = {lab: {"episodes": 20, "sweep": sweep(lin, falls), "global_step": STEPS[lab]}
+                 for lab in labels}  # fmt: skip
+        runs[run] = {"seed": seed, "eval": evals, "wall_s": WALL.get(run, 600)}
     prov = {"commit": "0123456789abcdef", "date": "2026-11-29T00:00:00+00:00",
             "machine": {"cpu": "a CPU"}, "command": "python -m scripts.bench.quadruped record"}  # fmt: skip
     name = f"quadruped_rough_distillation_{seed}.json"
@@ -98,3 +107,30 @@ def test_records_it_cannot_read_are_refused_in_one_line(tmp_path):
     )
     with pytest.raises(BadInput, match="seed 100 has two distillation records"):
         distillation.block(tmp_path)
+
+
+def test_each_seed_has_its_table_of_policies_in_the_seeds_order(tmp_path):
+    write_record(tmp_path, 101, teacher=0.20, student=0.25, falls=3)
+    write_record(tmp_path, 100, teacher=0.21, student=0.24, falls=2,
+                 extra=("finetune_low_std_warmup",))  # fmt: skip
+    lines = distillation.seeds_block(tmp_path)
+    heads = [x for x in lines if x.startswith("Seed ")]
+    assert [h.split(",")[0] for h in heads] == ["Seed 100", "Seed 101"]  # by seed, not file name
+    assert "a CPU" in heads[0] and "0123456, 2026-11-29" in heads[0]
+    first = lines[lines.index(heads[0]) : lines.index(heads[1])]
+    # Linear / yaw / falls at levels 0, 4 and 9: the errors grow 0.01 a level (sweep()).
+    assert row(first, "| teacher") == [
+        "teacher (height scan)", "60 min", "4.0M",
+        "0.210 / 0.420 / 2", "0.220 / 0.430 / 2", "0.230 / 0.440 / 2",
+    ]  # fmt: skip
+    assert row(first, "| blind student")[1:4] == ["+25 min", "4.0M", "0.240 / 0.480 / 2"]
+    # Blind PPO's first evaluation was taken at the end of the teacher's phase: the teacher's
+    # clock, its own checkpoint's steps; the second at the blind run's own end.
+    assert row(first, "| blind PPO at the teacher's time")[1:3] == ["60 min", "12.3M"]
+    assert row(first, "| blind PPO at teacher + student")[1:3] == ["85 min", "18.0M"]
+    assert row(first, "| student + PPO fine-tune, no warm-up")[1] == "+12 min"  # 690 s
+    assert row(first, "| the same at the student's std (`finetune.log_std=-2.0`), warm-up")[1:3] == [
+        "+10 min", "4.0M"]  # fmt: skip
+    second = lines[lines.index(heads[1]) :]
+    assert not [x for x in second if x.startswith("| the same")]  # seed 101 has no such run
+    assert row(second, "| blind student")[3] == "0.250 / 0.500 / 3"
