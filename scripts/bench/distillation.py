@@ -1,7 +1,7 @@
 """The distillation pipeline on rough ground, measured as docs/distillation.md reports it: per seed,
 two runs side by side with a core each, then every policy evaluated, into one record per seed.
 
-    python -m scripts.bench.distillation --seeds 103 104 --runs runs/distillation
+    python -m scripts.bench.distillation --seeds 104 --runs runs/distillation
 
 Per seed S, in RUNS/seedS (each training `embodied-ppo train ... trainer.seed=S --for TIME`):
 

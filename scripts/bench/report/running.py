@@ -103,7 +103,7 @@ CATALOG: tuple[Entry, ...] = (
     ),
     Entry(
         "scripts.bench.distillation",
-        "python -m scripts.bench.distillation --seeds 103 104 --runs runs/distillation",
+        "python -m scripts.bench.distillation --seeds 104 --runs runs/distillation",
         "docs/bench/quadruped_rough_distillation_SEED.json and the blocks of "
         "docs/distillation.md from every seed's record",
         "per seed: 97 min of trainings two at a time (60 + 25 + 12) and ~5 min of evaluations "
