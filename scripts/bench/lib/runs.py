@@ -29,6 +29,8 @@ CURVE_KEYS = (
     "eval/metrics/terrain_level",
     "eval/episodic_return",
     "losses/std",
+    "losses/approx_kl",  # what the adaptive learning rate reads
+    "charts/learning_rate",
     "losses/mirror_loss",  # algorithm.symmetry: the policy's asymmetry
 )
 

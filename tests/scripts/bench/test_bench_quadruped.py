@@ -59,7 +59,8 @@ def test_rough_ground_runs_get_a_terrain_level_panel(tmp_path):
 
 
 def test_a_record_of_runs_keeps_their_curves_evaluations_and_provenance(tmp_path):
-    run = write_run(tmp_path / "run", [row(s, s / 10) for s in (100, 200, 300)])
+    step_size = {"charts/learning_rate": 1e-5, "losses/approx_kl": 0.016, "charts/other": 1.0}
+    run = write_run(tmp_path / "run", [row(s, s / 10, **step_size) for s in (100, 200, 300)])
     (run / "config.yaml").write_text(
         "env: {id: EmbodiedPPO/QuadrupedFlat-v0, kwargs: {}}\ntrainer: {seed: 3}\n"
     )
@@ -73,6 +74,9 @@ def test_a_record_of_runs_keeps_their_curves_evaluations_and_provenance(tmp_path
     seed = record["runs"]["seed3"]
     assert (seed["seed"], seed["steps"], seed["wall_s"]) == (3, 300, 30.0)
     assert [p["step"] for p in seed["curve"]] == [100, 300]  # every 2nd row and the last
+    # The adaptive learning rate and the KL it reads are kept; a metric not kept is dropped.
+    assert seed["curve"][0]["charts/learning_rate"] == 1e-5
+    assert seed["curve"][0]["losses/approx_kl"] == 0.016 and "charts/other" not in seed["curve"][0]
     assert seed["eval"] == {"main": {"mean_return": 5.0}}  # per-episode logs dropped
     assert record["provenance"]["command"].startswith("python -m scripts.bench.quadruped record")
     # An evaluation of a run not named by --run is refused in one line, nothing written.
