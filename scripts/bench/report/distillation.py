@@ -66,7 +66,7 @@ def per_seed(recs: dict[str, dict]) -> dict[str, dict[tuple[str, str], dict[int,
     """seed -> (run, label) -> level -> that evaluation; a seed recorded twice is refused."""
     out: dict[str, dict] = {}
     for name, rec in recs.items():
-        seed = str(rec["runs"]["teacher"]["seed"])
+        seed = str(_seed(rec))
         if seed in out:
             raise BadInput(f"seed {seed} has two distillation records ({name})")
         out[seed] = {(run, label): _levels(rec, run, label) for _, run, label in POLICIES}
@@ -179,4 +179,5 @@ def seeds_block(bench: Path | None = None) -> list[str]:
 
 
 def _seed(record: dict) -> int:
+    """The seed a distillation record ran (its teacher's)."""
     return int(record["runs"]["teacher"]["seed"])
