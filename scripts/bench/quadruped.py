@@ -25,7 +25,8 @@ config, settings and evaluation; the earlier invocations are kept under "earlier
 
 `record` keeps, per run: its config overrides, wall time, steps, its learning curve (training
 and periodic-evaluation metrics, every `--every`-th iteration and every iteration with a
-periodic evaluation) and its eval.json files (their per-episode logs dropped), and the
+periodic evaluation), with `--window FROM TO` each training metric's mean over every
+iteration in that range of steps, its eval.json files (their per-episode logs dropped), and the
 record's provenance (the collecting command, commit, date, machine; each run trained before
 it, on the machine the note names).
 
@@ -73,7 +74,10 @@ def record(args, argv: list[str]) -> None:
         if not eq or name not in runs or not Path(path).is_file():
             raise cli_args.BadInput(f"--eval {item}: expected NAME:LABEL=EVAL_JSON of a --run")
         evals[(name, label)] = Path(path)
-    out = {"note": args.note, "runs": collect(runs, evals, args.every),
+    window = None if args.window is None else (args.window[0], args.window[1])
+    if window is not None and not 0 <= window[0] < window[1]:
+        raise cli_args.BadInput(f"--window {window[0]} {window[1]}: expected 0 <= FROM < TO")
+    out = {"note": args.note, "runs": collect(runs, evals, args.every, window),
            "provenance": records.provenance(MODULE, argv)}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
@@ -243,6 +247,14 @@ def build_parser() -> cli_args.Parser:
     rec.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR")
     rec.add_argument("--eval", action="append", default=[], metavar="NAME:LABEL=EVAL_JSON")
     rec.add_argument("--every", type=int, default=20)
+    rec.add_argument(
+        "--window",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("FROM", "TO"),
+        help="also each training metric's mean over every row in [FROM, TO) steps",
+    )
     rec.add_argument("--note", default="")
     cur = sub.add_parser("curve", help="draw the runs' learning curves")
     cur.add_argument("runs", nargs="+", type=Path, help="run directories")

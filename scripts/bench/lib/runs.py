@@ -122,10 +122,30 @@ def curve(run: Path, every: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return points, summary
 
 
-def collect(runs: dict[str, Path], evals: dict[tuple[str, str], Path], every: int) -> dict:
+def window_means(run: Path, start: int, stop: int) -> dict[str, Any]:
+    """The mean of each training metric of the curve over every row of `run` with a step in
+    [start, stop) (not only the rows a curve keeps), and how many rows each mean holds."""
+    rows = [r for r in stitched(run)[0] if start <= r["global_step"] < stop]
+    means: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for key in CURVE_KEYS:
+        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        values = [v for v in values if math.isfinite(v)]
+        if values and not key.startswith("eval/"):
+            means[key], counts[key] = sum(values) / len(values), len(values)
+    return {"from_step": start, "to_step": stop, "rows": counts, "means": means}
+
+
+def collect(
+    runs: dict[str, Path],
+    evals: dict[tuple[str, str], Path],
+    every: int,
+    window: tuple[int, int] | None = None,
+) -> dict:
     """Runs (by name) and their evaluations (by run name and label) as a record's `runs`: per
     run its env, seed and env kwargs, steps, iterations and training time, its curve (every
-    `every`-th row), and its eval.json files (their per-episode logs dropped)."""
+    `every`-th row), its eval.json files (their per-episode logs dropped), and with `window`
+    (from_step, to_step) its training metrics' means over every row in that range."""
     import yaml
 
     out: dict[str, Any] = {}
@@ -141,6 +161,8 @@ def collect(runs: dict[str, Path], evals: dict[tuple[str, str], Path], every: in
             "curve": points,
             "eval": {},
         }
+        if window is not None:
+            out[name]["window"] = window_means(run, *window)
     for (name, label), path in evals.items():
         data = json.loads(path.read_text())
         data.pop("episode_logs", None)  # per-episode logs: the means are kept

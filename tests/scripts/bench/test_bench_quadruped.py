@@ -86,6 +86,31 @@ def test_a_record_of_runs_keeps_their_curves_evaluations_and_provenance(tmp_path
     assert ran.returncode == 2 and ran.stderr.count("\n") == 1 and not out.exists()
 
 
+def test_a_records_window_means_every_row_in_its_range_not_only_the_curves(tmp_path):
+    yaws = {100: 0.9, 200: 0.5, 300: 0.4, 400: 0.3, 500: 0.1}
+    rows = [row(s, s / 10, **{"metrics/tracking_error_yaw": y}) for s, y in yaws.items()]
+    rows[2]["metrics/tracking_error_yaw"] = None  # a row without the metric does not count
+    run = write_run(tmp_path / "run", rows)
+    (run / "config.yaml").write_text("env: {id: E-v0, kwargs: {}}\ntrainer: {seed: 3}\n")
+    out = tmp_path / "window.json"
+    ran = run_module("scripts.bench.quadruped", "record", "--out", str(out), "--run",
+                     f"r={run}", "--every", "4", "--window", "200", "500")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    seed = json.loads(out.read_text())["runs"]["r"]
+    # Steps 200 and 400 (300 has no yaw; 500 is past the range), though the curve keeps only
+    # steps 100 and 500.
+    assert [p["step"] for p in seed["curve"]] == [100, 500]
+    assert seed["window"]["means"]["metrics/tracking_error_yaw"] == pytest.approx((0.5 + 0.3) / 2)
+    assert seed["window"]["rows"]["metrics/tracking_error_yaw"] == 2
+    assert seed["window"]["means"]["metrics/tracking_error_lin"] == pytest.approx(0.3)
+    assert (seed["window"]["from_step"], seed["window"]["to_step"]) == (200, 500)
+    # An empty or reversed range is refused in one line, nothing written.
+    out.unlink()
+    ran = run_module("scripts.bench.quadruped", "record", "--out", str(out), "--run",
+                     f"r={run}", "--window", "500", "200")  # fmt: skip
+    assert ran.returncode == 2 and ran.stderr.count("\n") == 1 and not out.exists()
+
+
 # ------------------------------------------------------------------ time to target
 def evaluated(step: int, time: float, lin: float, yaw: float = 0.1, falls: float = 0.0) -> dict:
     return {"global_step": step, "iteration": step // 100, "time": time,
