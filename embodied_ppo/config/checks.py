@@ -135,12 +135,30 @@ def _check_model(cfg: Config) -> None:
         )
         for i, v in enumerate(values):
             require(v >= 1, f"model.{name}[{i}]: got {v}, expected an integer >= 1")
+    _check_actor_group(cfg)
     require(
         LOG_STD_MIN <= m.log_std_init <= LOG_STD_MAX,
         f"model.log_std_init: got {m.log_std_init}, expected a number in "
         f"[{LOG_STD_MIN:g}, {LOG_STD_MAX:g}]",
     )
     _check_history(cfg)
+
+
+def _check_actor_group(cfg: Config) -> None:
+    """model.actor_group_*: some distinct keys, positive sizes (the keys' kinds: preflight)."""
+    m = cfg.model
+    for i, h in enumerate(m.actor_group_hidden_sizes):
+        require(h >= 1, f"model.actor_group_hidden_sizes[{i}]: got {h}, expected an integer >= 1")
+    require(
+        m.actor_group_features >= 1,
+        f"model.actor_group_features: got {m.actor_group_features}, expected an integer >= 1",
+    )
+    keys = m.actor_group_keys
+    if keys is None:
+        return
+    require(len(keys) >= 1, "model.actor_group_keys: got [], expected null (none) or some keys")
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    require(not twice, f"model.actor_group_keys: {', '.join(map(str, twice))} named twice")
 
 
 def _check_history(cfg: Config) -> None:

@@ -135,6 +135,15 @@ class ModelConfig:
         "flatten", "last map to a vector: flattened, or keypoints by a spatial softmax"
     )
     cnn_features: int = _key(128, "features each image key contributes")
+    actor_group_keys: list[str] | None = _key(
+        None,
+        "Dict observations: vector keys of the actor's that it reads through their own MLP "
+        "(many inputs to a few features) instead of as they are; null: none",
+    )
+    actor_group_hidden_sizes: list[int] = _key(
+        lambda: [64], "actor_group_keys: widths of their MLP's hidden layers"
+    )
+    actor_group_features: int = _key(16, "actor_group_keys: the features their MLP outputs")
     recurrent: Literal["lstm", "gru", "history"] | None = _key(
         None,
         "recurrent core between encoders and MLP: lstm, gru, history (the last "

@@ -66,7 +66,10 @@ class ActorCritic(nn.Module):
                     if v.kind == "vector" and k in read
                 }
             )
-            self.actor_encoder = DictEncoder(self.actor_keys, keys, cnn)
+            group = spec.dict_obs.actor_group
+            self.actor_encoder = DictEncoder(
+                self.actor_keys, keys, cnn, group, activation=act, orthogonal=ortho
+            )
             self.critic_encoder = (
                 DictEncoder(self.critic_keys, keys, cnn) if separate_critic else None
             )

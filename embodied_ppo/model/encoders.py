@@ -1,4 +1,5 @@
-"""Encoders of Dict observations: vector keys as they are, image keys through a CNN."""
+"""Encoders of Dict observations: vector keys as they are (or a group of them through its own
+MLP), image keys through a CNN."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Protocol
 
 import torch
 from torch import nn
+
+from embodied_ppo.model.networks import mlp
 
 # (kernel, stride) of the CNN's layers when none are given: a small Nature-DQN-style stack;
 # further layers 3x3 / 1.
@@ -131,6 +134,18 @@ class ImageEncoder(nn.Module):
         return torch.relu(self.out(x))
 
 
+@dataclass(frozen=True)
+class KeyGroupSpec:
+    """A group of vector keys read through their own MLP instead of as they are: the keys
+    (sorted) concatenated, then Linear + activation layers of `hidden_sizes` and of
+    `features`. Many inputs become a few features before the backbone (e.g. a teacher's
+    privileged state)."""
+
+    keys: tuple[str, ...]
+    hidden_sizes: tuple[int, ...]
+    features: int
+
+
 class ObsKeyLike(Protocol):
     """One key of a Dict observation as the encoder reads it (model.spec.ObsKeySpec)."""
 
@@ -140,23 +155,56 @@ class ObsKeyLike(Protocol):
 
 class DictEncoder(nn.Module):
     """The features of the keys `keys` of a (normalized) Dict observation: the vector keys as
-    they are, then each image key through its own ImageEncoder, concatenated (in sorted key
-    order within each kind). TorchScript-friendly (it is part of the exported policy)."""
+    they are, then the keys of `group` (if any) through their own MLP, then each image key
+    through its own ImageEncoder, concatenated (in sorted key order within each kind).
+    TorchScript-friendly (it is part of the exported policy).
 
-    def __init__(self, keys: list[str], obs_keys: Mapping[str, ObsKeyLike], cnn: CNNSpec) -> None:
+    Args:
+        keys: the keys read.
+        obs_keys: every key's shape and kind.
+        cnn: the CNN of image keys.
+        group: vector keys (a subset of `keys`) read through their own MLP, with `activation`
+            and orthogonal initialization when `orthogonal` (see networks.mlp).
+    """
+
+    def __init__(
+        self,
+        keys: list[str],
+        obs_keys: Mapping[str, ObsKeyLike],
+        cnn: CNNSpec,
+        group: KeyGroupSpec | None = None,
+        *,
+        activation: str = "elu",
+        orthogonal: bool = True,
+    ) -> None:
         super().__init__()
         keys = sorted(keys)
-        self.vector_keys = [k for k in keys if obs_keys[k].kind == "vector"]
+        grouped = sorted(group.keys) if group is not None else []
+        self.vector_keys = [k for k in keys if obs_keys[k].kind == "vector" and k not in grouped]
+        self.group_keys = grouped
+        # An empty Sequential when there is no group: no parameters, so the state dict of a
+        # policy without a group is what it has always been.
+        self.group = nn.Sequential()
+        group_out = 0
+        if group is not None:
+            width = sum(int(obs_keys[k].shape[0]) for k in grouped)
+            sizes = [*group.hidden_sizes, group.features]
+            self.group = mlp(width, sizes, activation, orthogonal)
+            group_out = group.features
         self.images = nn.ModuleDict(
             {k: ImageEncoder(obs_keys[k].shape, cnn) for k in keys if obs_keys[k].kind == "image"}
         )
-        self.out_dim = sum(
-            int(obs_keys[k].shape[0]) for k in self.vector_keys
-        ) + cnn.features * len(self.images)
+        self.out_dim = (
+            sum(int(obs_keys[k].shape[0]) for k in self.vector_keys)
+            + group_out
+            + cnn.features * len(self.images)
+        )
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Features (B, out_dim) of a batch of (normalized) Dict observations."""
         parts = [obs[k] for k in self.vector_keys]
+        if len(self.group_keys) > 0:
+            parts.append(self.group(torch.cat([obs[k] for k in self.group_keys], dim=-1)))
         for k, encoder in self.images.items():
             parts.append(encoder(obs[k]))
         return torch.cat(parts, dim=-1)

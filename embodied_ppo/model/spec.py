@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from embodied_ppo.core.types import JSONDict, JSONValue
-from embodied_ppo.model.encoders import CNNSpec
+from embodied_ppo.model.encoders import CNNSpec, KeyGroupSpec
 
 ActionKind = Literal["gaussian", "categorical"]
 ObsKind = Literal["image", "vector"]
@@ -39,13 +39,14 @@ class RecurrentSpec:
 
 @dataclass(frozen=True)
 class DictObsSpec:
-    """Dict observations: every key, the keys the actor and the critic read, and the CNN of
-    image keys."""
+    """Dict observations: every key, the keys the actor and the critic read, the CNN of
+    image keys, and the actor's vector keys read through their own MLP (None: none)."""
 
     keys: dict[str, ObsKeySpec]
     actor_keys: tuple[str, ...]  # sorted
     critic_keys: tuple[str, ...]  # sorted
     cnn: CNNSpec
+    actor_group: KeyGroupSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -117,12 +118,19 @@ class PolicySpec:
                 cnn_strides=None if cnn.strides is None else list(cnn.strides),
                 cnn_head=cnn.head,
             )
+            if d.actor_group is not None:
+                g = d.actor_group
+                out.update(
+                    actor_group_keys=list(g.keys),
+                    actor_group_hidden_sizes=list(g.hidden_sizes),
+                    actor_group_features=g.features,
+                )
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, JSONValue]) -> PolicySpec:
         """Read `to_dict`'s form (and that of checkpoints written before the CNN's kernels,
-        strides and head existed). Raises KeyError or ValueError for anything else."""
+        strides and head, or the actor's key group, existed). Raises KeyError or ValueError for anything else."""
         known = {f.name for f in fields(cls)} - {"dict_obs", "recurrent"}
         extra = set(data) - known - _RECURRENT_KEYS - _DICT_KEYS
         if extra:
@@ -148,6 +156,7 @@ class PolicySpec:
                     data.get("cnn_strides"),
                     data.get("cnn_head", "flatten"),
                 ),
+                actor_group=_key_group(data),
             )
         low, high = data.get("action_low"), data.get("action_high")
         return cls(
@@ -175,6 +184,17 @@ class PolicySpec:
         return spec if isinstance(spec, PolicySpec) else cls.from_dict(spec)
 
 
+def _key_group(data: Mapping[str, JSONValue]) -> KeyGroupSpec | None:
+    """The actor's key group of a checkpoint's spec dict (None where it has none)."""
+    if data.get("actor_group_keys") is None:
+        return None
+    return KeyGroupSpec(
+        keys=tuple(sorted(str(k) for k in data["actor_group_keys"])),
+        hidden_sizes=tuple(int(h) for h in data["actor_group_hidden_sizes"]),
+        features=int(data["actor_group_features"]),
+    )
+
+
 _RECURRENT_KEYS = {"recurrent", "recurrent_size", "recurrent_layers"}
 _DICT_KEYS = {
     "obs_keys",
@@ -185,4 +205,7 @@ _DICT_KEYS = {
     "cnn_kernels",
     "cnn_strides",
     "cnn_head",
+    "actor_group_keys",
+    "actor_group_hidden_sizes",
+    "actor_group_features",
 }

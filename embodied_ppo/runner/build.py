@@ -21,7 +21,7 @@ from embodied_ppo.core.types import Reduce
 from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.io.checkpoint_state import RunCheckpoint
 from embodied_ppo.model.actor_critic import ActorCritic
-from embodied_ppo.model.encoders import CNNSpec
+from embodied_ppo.model.encoders import CNNSpec, KeyGroupSpec
 from embodied_ppo.model.spec import DictObsSpec, ObsKeySpec, PolicySpec, RecurrentSpec
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.auxiliary import load_mirror
@@ -57,6 +57,13 @@ def policy_spec(cfg: Config, info: SpaceInfo) -> PolicySpec:
                 None if m.cnn_kernels is None else list(m.cnn_kernels),
                 None if m.cnn_strides is None else list(m.cnn_strides),
                 m.cnn_head,
+            ),
+            actor_group=None
+            if m.actor_group_keys is None
+            else KeyGroupSpec(
+                tuple(sorted(m.actor_group_keys)),
+                tuple(m.actor_group_hidden_sizes),
+                m.actor_group_features,
             ),
         )
     return PolicySpec(

@@ -34,7 +34,7 @@ def _check_obs_keys(cfg: Config, info: SpaceInfo) -> None:
     CNN; an asymmetric critic has a network of its own."""
     m = cfg.model
     if info.obs_keys is None:
-        for name in ("actor_obs_keys", "critic_obs_keys"):
+        for name in ("actor_obs_keys", "critic_obs_keys", "actor_group_keys"):
             if getattr(m, name) is not None:
                 raise ConfigError(
                     f"model.{name}: got {getattr(m, name)}, but {cfg.env.id} has flat Box "
@@ -65,6 +65,13 @@ def _check_obs_keys(cfg: Config, info: SpaceInfo) -> None:
                 )
     actor = m.actor_obs_keys or keys
     critic = m.critic_obs_keys or actor
+    for i, key in enumerate(m.actor_group_keys or []):
+        if key not in actor or info.obs_keys[key].kind != "vector":
+            vector = [k for k in actor if info.obs_keys[k].kind == "vector"]
+            raise ConfigError(
+                f"model.actor_group_keys[{i}]: got {key!r}, expected one of the vector keys the "
+                f"actor reads: {', '.join(vector)}"
+            )
     if cfg.env.backend == "mjlab":
         for group in keys:
             if group not in actor and group not in critic:
