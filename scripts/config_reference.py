@@ -76,6 +76,7 @@ MORE: dict[str, str] = {
     "env.normalize_reward": "algorithm.md#reward-scaling",
     "model.actor_obs_keys": "environments.md#a-privileged-critic",
     "model.critic_obs_keys": "environments.md#a-privileged-critic",
+    "model.actor_group_keys": "environments.md#dict-observations-and-cameras",
     "model.cnn_channels": "environments.md#dict-observations-and-cameras",
     "model.cnn_head": "environments.md#dict-observations-and-cameras",
     "model.recurrent": "recurrent.md",

@@ -135,14 +135,8 @@ class ModelConfig:
         "flatten", "last map to a vector: flattened, or keypoints by a spatial softmax"
     )
     cnn_features: int = _key(128, "features each image key contributes")
-    actor_group_keys: list[str] | None = _key(
-        None,
-        "Dict observations: vector keys of the actor's that it reads through their own MLP "
-        "(many inputs to a few features) instead of as they are; null: none",
-    )
-    actor_group_hidden_sizes: list[int] = _key(
-        lambda: [64], "actor_group_keys: widths of their MLP's hidden layers"
-    )
+    actor_group_keys: list[str] | None = _key(None, "actor's vector keys read by their own MLP")
+    actor_group_hidden_sizes: list[int] = _key(lambda: [64], "actor_group_keys: their MLP's widths")
     actor_group_features: int = _key(16, "actor_group_keys: the features their MLP outputs")
     recurrent: Literal["lstm", "gru", "history"] | None = _key(
         None,
@@ -159,11 +153,7 @@ class ModelConfig:
 
 
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
-
-
 KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"]
-
-
 CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus")
 
 
