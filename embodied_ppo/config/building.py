@@ -182,6 +182,9 @@ def upgrade(data: ConfigDict) -> ConfigDict:
     out.setdefault("finetune", dataclasses.asdict(FinetuneConfig()))
     if isinstance(out.get("model"), dict):
         out["model"].setdefault("history_length", ModelConfig().history_length)
+        # Saved before the actor's key group existed: no group.
+        for key in ("actor_group_keys", "actor_group_hidden_sizes", "actor_group_features"):
+            out["model"].setdefault(key, getattr(ModelConfig(), key))
     algo = out.get("algorithm")
     if isinstance(algo, dict) and "minibatch_scope" not in algo:
         # Saved before the key existed, when a process's minibatch was minibatch_size of its
