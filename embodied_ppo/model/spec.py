@@ -130,7 +130,8 @@ class PolicySpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, JSONValue]) -> PolicySpec:
         """Read `to_dict`'s form (and that of checkpoints written before the CNN's kernels,
-        strides and head, or the actor's key group, existed). Raises KeyError or ValueError for anything else."""
+        strides and head, or the actor's key group, existed). Raises KeyError or ValueError for
+        anything else."""
         known = {f.name for f in fields(cls)} - {"dict_obs", "recurrent"}
         extra = set(data) - known - _RECURRENT_KEYS - _DICT_KEYS
         if extra:
