@@ -183,8 +183,9 @@ def upgrade(data: ConfigDict) -> ConfigDict:
     if isinstance(out.get("model"), dict):
         out["model"].setdefault("history_length", ModelConfig().history_length)
         # Saved before the actor's key group existed: no group.
-        for key in ("actor_group_keys", "actor_group_hidden_sizes", "actor_group_features"):
-            out["model"].setdefault(key, getattr(ModelConfig(), key))
+        for field in dataclasses.fields(ModelConfig):
+            if field.name.startswith("actor_group_"):
+                out["model"].setdefault(field.name, getattr(ModelConfig(), field.name))
     algo = out.get("algorithm")
     if isinstance(algo, dict) and "minibatch_scope" not in algo:
         # Saved before the key existed, when a process's minibatch was minibatch_size of its

@@ -155,6 +155,11 @@ def _check_actor_group(cfg: Config) -> None:
     )
     keys = m.actor_group_keys
     if keys is None:
+        require(
+            not m.actor_group_zero_init,
+            "model.actor_group_zero_init: got true without model.actor_group_keys, whose MLP it "
+            "initializes; name the keys or leave it false",
+        )
         return
     require(len(keys) >= 1, "model.actor_group_keys: got [], expected null (none) or some keys")
     twice = sorted({k for k in keys if keys.count(k) > 1})

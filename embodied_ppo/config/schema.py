@@ -138,6 +138,7 @@ class ModelConfig:
     actor_group_keys: list[str] | None = _key(None, "actor's vector keys read by their own MLP")
     actor_group_hidden_sizes: list[int] = _key(lambda: [64], "actor_group_keys: their MLP's widths")
     actor_group_features: int = _key(16, "actor_group_keys: the features their MLP outputs")
+    actor_group_zero_init: bool = _key(False, "actor_group_keys: last layer starts at 0")
     recurrent: Literal["lstm", "gru", "history"] | None = _key(
         None,
         "recurrent core between encoders and MLP: lstm, gru, history (the last "

@@ -139,11 +139,14 @@ class KeyGroupSpec:
     """A group of vector keys read through their own MLP instead of as they are: the keys
     (sorted) concatenated, then Linear + activation layers of `hidden_sizes` and of
     `features`. Many inputs become a few features before the backbone (e.g. a teacher's
-    privileged state)."""
+    privileged state). With `zero_init`, the last layer's weights and bias start at 0: the
+    features are 0 whatever the keys say until training grows them, so the backbone starts as
+    the policy without the keys (every activation is 0 at 0)."""
 
     keys: tuple[str, ...]
     hidden_sizes: tuple[int, ...]
     features: int
+    zero_init: bool = False
 
 
 class ObsKeyLike(Protocol):
@@ -191,6 +194,13 @@ class DictEncoder(nn.Module):
             sizes = [*group.hidden_sizes, group.features]
             self.group = mlp(width, sizes, activation, orthogonal)
             group_out = group.features
+            if group.zero_init:
+                # After the draws of every layer's initialization, so that the rest of the
+                # policy starts from the same weights with or without it.
+                last = self.group[-2]
+                assert isinstance(last, nn.Linear)
+                nn.init.zeros_(last.weight)
+                nn.init.zeros_(last.bias)
         self.images = nn.ModuleDict(
             {k: ImageEncoder(obs_keys[k].shape, cnn) for k in keys if obs_keys[k].kind == "image"}
         )

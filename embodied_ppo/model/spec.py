@@ -124,6 +124,7 @@ class PolicySpec:
                     actor_group_keys=list(g.keys),
                     actor_group_hidden_sizes=list(g.hidden_sizes),
                     actor_group_features=g.features,
+                    actor_group_zero_init=g.zero_init,
                 )
         return out
 
@@ -193,6 +194,7 @@ def _key_group(data: Mapping[str, JSONValue]) -> KeyGroupSpec | None:
         keys=tuple(sorted(str(k) for k in data["actor_group_keys"])),
         hidden_sizes=tuple(int(h) for h in data["actor_group_hidden_sizes"]),
         features=int(data["actor_group_features"]),
+        zero_init=bool(data.get("actor_group_zero_init", False)),
     )
 
 
@@ -209,4 +211,5 @@ _DICT_KEYS = {
     "actor_group_keys",
     "actor_group_hidden_sizes",
     "actor_group_features",
+    "actor_group_zero_init",
 }

@@ -64,6 +64,7 @@ def policy_spec(cfg: Config, info: SpaceInfo) -> PolicySpec:
                 tuple(sorted(m.actor_group_keys)),
                 tuple(m.actor_group_hidden_sizes),
                 m.actor_group_features,
+                m.actor_group_zero_init,
             ),
         )
     return PolicySpec(

@@ -77,6 +77,41 @@ def test_the_critic_reads_the_grouped_keys_as_they_are():
     assert not any(".group." in n for n in policy.critic_encoder.state_dict())
 
 
+def test_a_zero_init_group_starts_silent_and_learns(tmp_path):
+    """model.actor_group_zero_init: at initialization the group's features are 0 whatever the
+    grouped keys say, so the mean is the same for any value of them; every other weight is the
+    one the policy draws without it (the draws are the same); the last layer still gets a
+    gradient, and training moves the features off 0."""
+    plain = make_policy(**GROUP)
+    silent = make_policy(**GROUP, actor_group_zero_init=True)
+    assert silent.spec.dict_obs.actor_group.zero_init
+    assert silent.spec.to_dict()["actor_group_zero_init"] is True
+    last = "actor_encoder.group.2."
+    for name, value in silent.state_dict().items():
+        if name.startswith(last):
+            assert not value.any(), name
+        else:
+            assert torch.equal(value, plain.state_dict()[name]), name
+    assert plain.state_dict()[last + "weight"].any()  # the plain group's last layer is not 0
+    obs = obs_batch(6)
+    features = silent.actor_encoder.group(torch.cat([obs["goal"], obs["position"]], -1))
+    assert not features.any()
+    other = dict(obs, goal=obs["goal"] + 3.0, position=-2.0 * obs["position"])
+    assert torch.equal(silent(obs)[0].mean, silent(other)[0].mean)
+    assert not torch.equal(plain(obs)[0].mean, plain(other)[0].mean)
+    silent(obs)[0].mean.square().sum().backward()
+    assert silent.actor_encoder.group[2].weight.grad.abs().sum() > 0
+    # Trained, the features are no longer 0: the keys now reach the action.
+    trainer = Trainer(
+        dict_config(**GROUP, actor_group_zero_init=True), tmp_path, progress_stream=io.StringIO()
+    )
+    trainer.train()
+    assert load_checkpoint(tmp_path)["model_spec"]["actor_group_zero_init"] is True
+    group = trainer.policy.actor_encoder.group
+    with torch.no_grad():
+        assert group(torch.cat([obs["goal"], obs["position"]], -1)).abs().sum() > 0
+
+
 def test_a_trained_group_policy_deploys_exports_and_is_copied_whole(tmp_path):
     trainer = Trainer(dict_config(**GROUP), tmp_path, progress_stream=io.StringIO())
     trainer.train()
@@ -112,6 +147,10 @@ def test_a_trained_group_policy_deploys_exports_and_is_copied_whole(tmp_path):
         ({"actor_group_keys": ["position", "position"]}, "position named twice"),
         ({"actor_group_hidden_sizes": [0]}, "model.actor_group_hidden_sizes[0]: got 0"),
         ({"actor_group_features": 0}, "model.actor_group_features: got 0"),
+        (
+            {"actor_group_zero_init": True},
+            "model.actor_group_zero_init: got true without model.actor_group_keys",
+        ),
     ],
 )
 def test_a_bad_group_is_refused_in_one_line(model, message):
