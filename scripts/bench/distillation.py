@@ -21,8 +21,14 @@ Per seed S, in RUNS/seedS (each training `embodied-ppo train ... trainer.seed=S 
    `scripts.bench.quadruped`'s `collect`), then docs/distillation.md's blocks from every seed's
    record, over seeds and seed by seed (`scripts.bench.headlines`).
 
-A phase that ended writes RUNS/seedS/phaseN.json; invoked again with the same --runs, a seed
-goes on after its last ended phase. A phase that was cut short is refused: remove its runs.
+Blind PPO's two evaluations are labelled by its wall time in minutes: at_60_min and at_85_min
+with the default times. The tables of docs/distillation.md read the default protocol (its four
+configs and three times), so records of any other are refused there: give them another
+--out-dir.
+
+A phase that ended writes RUNS/seedS/phaseN.json with its commands; invoked again with the same
+--runs, a seed goes on after its last ended phase, and is refused if a phase that ended ran other
+commands than these options give. A phase that was cut short is refused: remove its runs.
 `--dry-run` prints each phase's commands and runs nothing.
 """
 
@@ -47,12 +53,13 @@ PAGE = ROOT / "docs" / "distillation.md"
 ONE_CORE = ["trainer.torch_threads=1", "env.threads=1", "env.processes=1"]
 LEVELS = "env.kwargs.terrain_options.initial_level=[0,4,9]"
 # Each policy evaluated: (run, label in the record, the run folder `eval` reads or None for blind
-# PPO's checkpoint at the end of phase 1, the eval.json it writes).
+# PPO's checkpoint at the end of phase 1, the eval.json it writes). Blind PPO's labels name its
+# wall time then (`labels`).
 EVALS = (
     ("teacher", "final", "teacher", "teacher/eval.json"),
     ("student", "final", "student", "student/eval.json"),
-    ("blind", "at_60_min", None, "blind_phase1_eval.json"),
-    ("blind", "at_85_min", "blind", "blind/eval.json"),
+    ("blind", "{phase1}", None, "blind_phase1_eval.json"),
+    ("blind", "{end}", "blind", "blind/eval.json"),
     ("finetune_warmup", "final", "ft_warmup", "ft_warmup/eval.json"),
     ("finetune_no_warmup", "final", "ft_nowarm", "ft_nowarm/eval.json"),
 )
@@ -60,6 +67,24 @@ RUNS = {"teacher": "teacher", "student": "student", "blind": "blind",
         "finetune_warmup": "ft_warmup", "finetune_no_warmup": "ft_nowarm"}  # fmt: skip
 NEW_RUNS = (("teacher", "blind"), ("student",), ("ft_warmup", "ft_nowarm"))  # made by each phase
 Start = Callable[[list[str], Path], "subprocess.Popen"]
+
+
+def minutes(wall: str) -> float:
+    """A wall time as --for takes it (90s, 60m, 1.5h) in minutes."""
+    return float(wall[:-1]) * {"s": 1 / 60, "m": 1.0, "h": 60.0}[wall[-1]]
+
+
+def labels(args) -> dict[str, str]:
+    """Blind PPO's evaluation labels: its wall time at the end of phase 1 and of phase 2."""
+    teacher = minutes(args.teacher_time)
+    both = teacher + minutes(args.student_time)
+    return {"phase1": f"at_{round(teacher, 2):g}_min", "end": f"at_{round(both, 2):g}_min"}
+
+
+def evaluations(args) -> list[tuple[str, str, str | None, str]]:
+    """EVALS with blind PPO's labels for these options' times."""
+    named = labels(args)
+    return [(run, label.format(**named), what, out) for run, label, what, out in EVALS]
 
 
 def start(cmd: list[str], log: Path) -> subprocess.Popen:
@@ -104,7 +129,7 @@ def phases(args, seed: int, folder: Path) -> list[list[tuple[str, list[str]]]]:
 def eval_commands(args, folder: Path, blind_checkpoint: str) -> list[tuple[str, list[str]]]:
     """Each policy's evaluation command (by log name), in EVALS' order."""
     out = []
-    for run, label, what, written in EVALS:
+    for run, label, what, written in evaluations(args):
         target = blind_checkpoint if what is None else str(here(folder / what))
         cmd = [sys.executable, "-m", "embodied_ppo", "eval", target, "--episodes",
                str(args.episodes), "--seed", str(args.eval_seed), "--sweep", LEVELS]  # fmt: skip
@@ -145,7 +170,13 @@ def run_seed(args, seed: int, begin: Start) -> dict | None:
             print(f"# seed {seed}, phase {n}, side by side{' (ended)' * marker.is_file()}")
             print("\n".join(shown(cmd) for _, cmd in pairs))
             continue
+        commands = [shown(cmd) for _, cmd in pairs]
         if marker.is_file():
+            ran = json.loads(marker.read_text()).get("commands", commands)  # older: none kept
+            if ran != commands:
+                other = next(c for c, d in zip(ran, commands, strict=True) if c != d)
+                raise cli_args.BadInput(f"{folder}: phase {n} ended with other options ({other}): "
+                                        "give the same ones, or another --runs folder")  # fmt: skip
             continue
         if any((folder / run).exists() for run in NEW_RUNS[n - 1]):
             raise cli_args.BadInput(f"{folder}: phase {n} began and did not end (its runs are "
@@ -153,7 +184,7 @@ def run_seed(args, seed: int, begin: Start) -> dict | None:
                                     "another --runs folder")  # fmt: skip
         folder.mkdir(parents=True, exist_ok=True)
         side_by_side(pairs, folder, begin)
-        ended = {"phase": n}
+        ended = {"phase": n, "commands": commands}
         if n == 1:  # blind PPO at the teacher's time: the checkpoint its phase ended with
             ended["blind_checkpoint"] = str(here(newest_checkpoint(folder / "blind")))
         marker.write_text(json.dumps(ended) + "\n")
@@ -173,15 +204,15 @@ def run_seed(args, seed: int, begin: Start) -> dict | None:
 def collect(args, seed: int, folder: Path, checkpoint: str) -> dict:
     """The seed's record: its runs, their evaluations, the protocol in its note."""
     runs = {name: folder / sub for name, sub in RUNS.items()}
-    evals = {(run, label): folder / path for run, label, _, path in EVALS}
+    evals = {(run, label): folder / path for run, label, _, path in evaluations(args)}
     note = (
         f"The distillation pipeline on rough ground, seed {seed}, two runs side by side with a "
         f"core each: teacher ({args.teacher}) beside blind PPO ({args.blind} "
         f"{' '.join(ONE_CORE)}) for {args.teacher_time}; the student ({args.student}) beside "
         f"blind PPO resumed for {args.student_time}; the fine-tune ({args.finetune}) beside the "
         f"same with finetune.critic_warmup_updates=0 for {args.finetune_time}. Evaluations: "
-        f"--episodes {args.episodes} --seed {args.eval_seed} --sweep {LEVELS}; blind:at_60_min "
-        f"is blind PPO's checkpoint at the end of the first phase ({Path(checkpoint).name})."
+        f"--episodes {args.episodes} --seed {args.eval_seed} --sweep {LEVELS}; "
+        f"blind:{labels(args)['phase1']} is blind PPO's checkpoint at the end of the first phase ({Path(checkpoint).name})."
     )
     collected = collect_runs(runs, evals, args.every)
     for name, run in runs.items():
@@ -204,6 +235,8 @@ def run(args, argv: Sequence[str], begin: Start = start) -> int:
     if args.episodes < 1 or args.every < 1:
         raise cli_args.BadInput("--episodes and --every must be at least 1")
     bench = Path(args.out_dir)
+    if bench.resolve() == records.BENCH.resolve():
+        refuse_other_protocol(args)
     for seed in args.seeds:
         rec = run_seed(args, seed, begin)
         if rec is None:
@@ -217,6 +250,21 @@ def run(args, argv: Sequence[str], begin: Start = start) -> int:
         PAGE.write_text(headlines.rewrite(PAGE.read_text(), blocks))
         print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
+
+
+def refuse_other_protocol(args) -> None:
+    """docs/bench holds the default protocol's records only: the page's tables read them all."""
+    parser = build_parser()
+    for key in ("teacher_time", "student_time", "finetune_time"):
+        if minutes(getattr(args, key)) != minutes(parser.get_default(key)):
+            raise cli_args.BadInput(f"--{key.replace('_', '-')} {getattr(args, key)}: the tables "
+                                    "of docs/distillation.md read the default protocol; write "
+                                    "this record elsewhere with --out-dir")  # fmt: skip
+    for key in ("teacher", "blind", "student", "finetune"):
+        if Path(getattr(args, key)).resolve() != Path(parser.get_default(key)).resolve():
+            raise cli_args.BadInput(f"--{key} {getattr(args, key)}: the tables of "
+                                    "docs/distillation.md read the default protocol; write this "
+                                    "record elsewhere with --out-dir")  # fmt: skip
 
 
 def build_parser() -> cli_args.Parser:

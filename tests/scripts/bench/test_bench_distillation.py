@@ -104,13 +104,16 @@ def test_the_phases_run_side_by_side_and_the_record_holds_every_evaluation(tmp_p
     assert set(record["runs"]) == {"teacher", "student", "blind", "finetune_warmup",
                                    "finetune_no_warmup"}  # fmt: skip
     blind_evals = record["runs"]["blind"]["eval"]
-    # Blind PPO at the teacher's time: the checkpoint phase 1 ended with, not the later one.
-    assert blind_evals["at_60_min"]["checkpoint"] == str(runs / "blind/checkpoints/ckpt_1000.pt")
-    assert blind_evals["at_85_min"]["checkpoint"] == str(runs / "blind")
+    # Blind PPO at the teacher's time: the checkpoint phase 1 ended with, not the later one; each
+    # labelled by blind PPO's wall time then (2 minutes, then 2 + 25).
+    assert set(blind_evals) == {"at_2_min", "at_27_min"}
+    assert blind_evals["at_2_min"]["checkpoint"] == str(runs / "blind/checkpoints/ckpt_1000.pt")
+    assert blind_evals["at_27_min"]["checkpoint"] == str(runs / "blind")
     assert (runs / "blind/checkpoints/ckpt_2000.pt").is_file()
     assert record["runs"]["blind"]["steps"] == 2000 and record["runs"]["teacher"]["seed"] == 7
     assert record["provenance"]["command"].startswith("python -m scripts.bench.distillation")
-    assert "seed 7" in record["note"] and "ckpt_1000.pt" in record["note"]
+    assert "seed 7" in record["note"] and "blind:at_2_min is" in record["note"]
+    assert "ckpt_1000.pt" in record["note"]
 
 
 def test_a_seed_goes_on_after_its_last_ended_phase(tmp_path):
@@ -121,6 +124,25 @@ def test_a_seed_goes_on_after_its_last_ended_phase(tmp_path):
     assert invoke(tmp_path, again) == 0
     assert trained(again.started) == []  # every phase had ended: only the evaluations again
     assert len(again.started) == 6
+
+
+def test_the_default_times_label_blind_ppo_at_60_and_85_minutes(tmp_path):
+    assert invoke(tmp_path, Stand(), "--teacher-time", "1h") == 0
+    record = json.loads((tmp_path / "bench" / "quadruped_rough_distillation_7.json").read_text())
+    assert set(record["runs"]["blind"]["eval"]) == {"at_60_min", "at_85_min"}
+
+
+def test_a_seed_is_not_continued_with_other_options_than_its_ended_phases(tmp_path):
+    with pytest.raises(distillation.cli_args.BadInput, match="eval_teacher_final failed"):
+        invoke(tmp_path, Stand(fail="seed7/teacher --episodes"))
+    again = Stand()
+    with pytest.raises(
+        distillation.cli_args.BadInput, match=r"phase 2 ended with other options \(.*--for 25m\)"
+    ):
+        invoke(tmp_path, again, "--student-time", "10m")
+    assert again.started == []
+    assert invoke(tmp_path, again) == 0  # the same options go on: only the evaluations
+    assert trained(again.started) == [] and len(again.started) == 6
 
 
 def test_a_phase_that_did_not_end_is_refused_before_anything_runs(tmp_path):
@@ -139,6 +161,19 @@ def test_a_phase_that_did_not_end_is_refused_before_anything_runs(tmp_path):
         (["--seeds", "7", "--student", "configs/none.yaml"], "--student configs/none.yaml: no"),
         (["--seeds", "7", "--episodes", "0"], "--episodes and --every must be at least 1"),
         (["--teacher-time", "60m"], "the following arguments are required: --seeds"),
+        # docs/bench, where the page's tables read every record, takes the default protocol only
+        # (a dry run is refused as well, so that a broken refusal cannot start real trainings)
+        (["--seeds", "7", "--teacher-time", "75m", "--dry-run"], "--teacher-time 75m: the tables"),
+        (
+            [
+                "--seeds",
+                "7",
+                "--dry-run",
+                "--teacher",
+                "configs/quadruped_rough_teacher_encoder.yaml",
+            ],
+            "--teacher configs/quadruped_rough_teacher_encoder.yaml: the tables of docs/",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_runs(tmp_path, argv, message, capsys):
