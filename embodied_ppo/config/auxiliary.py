@@ -4,17 +4,11 @@ meaning (docs/configuration.md is generated from them), and the checks of their 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
+from embodied_ppo.config.keys import key as _key
 from embodied_ppo.core.errors import require
-
-
-def _key(default: Any, doc: str) -> Any:
-    """A config key: its default (a list default given by its factory) and its meaning."""
-    if callable(default):
-        return field(default_factory=default, metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
 
 
 @dataclass(frozen=True)

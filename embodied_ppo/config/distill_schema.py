@@ -5,16 +5,10 @@ docs/distillation.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
-
-def _key(default: Any, doc: str) -> Any:
-    """A config key: its default (a factory for a list) and its one-line meaning, kept in the
-    field's metadata as `config.schema` keeps them."""
-    if callable(default):
-        return field(default_factory=default, metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
+from embodied_ppo.config.keys import key as _key
 
 
 @dataclass(frozen=True)
