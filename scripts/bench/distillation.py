@@ -35,13 +35,14 @@ commands than these options give. A phase that was cut short is refused: remove 
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from embodied_ppo.app.relay import parse_duration
+from embodied_ppo.core.errors import UserError
 from scripts.bench.lib import args as cli_args
 from scripts.bench.lib import records
 from scripts.bench.lib.proc import ROOT
@@ -70,8 +71,8 @@ Start = Callable[[list[str], Path], "subprocess.Popen"]
 
 
 def minutes(wall: str) -> float:
-    """A wall time as --for takes it (90s, 60m, 1.5h) in minutes."""
-    return float(wall[:-1]) * {"s": 1 / 60, "m": 1.0, "h": 60.0}[wall[-1]]
+    """A wall time as --for takes it (90s, 60m, 1.5h) in minutes, read as `train --for` reads it."""
+    return parse_duration(wall) / 60
 
 
 def labels(args) -> dict[str, str]:
@@ -220,15 +221,14 @@ def collect(args, seed: int, folder: Path, checkpoint: str) -> dict:
     return {"note": note, "runs": collected}
 
 
-TIME = re.compile(r"^\d+(\.\d+)?[smh]$")
-
-
 def run(args, argv: Sequence[str], begin: Start = start) -> int:
     """Every seed in turn; each record written as its seed ends, then the page's block."""
     for key in ("teacher_time", "student_time", "finetune_time"):
-        if not TIME.match(getattr(args, key)):
+        try:
+            minutes(getattr(args, key))
+        except UserError:
             raise cli_args.BadInput(f"--{key.replace('_', '-')} {getattr(args, key)}: "
-                                    "expected a wall time such as 60m, 90s or 1.5h")  # fmt: skip
+                                    "expected a wall time such as 60m, 90s or 1.5h") from None  # fmt: skip
     for key in ("teacher", "blind", "student", "finetune"):
         if not Path(getattr(args, key)).is_file():
             raise cli_args.BadInput(f"--{key} {getattr(args, key)}: no such config")

@@ -158,6 +158,7 @@ def test_a_phase_that_did_not_end_is_refused_before_anything_runs(tmp_path):
     "argv, message",
     [
         (["--seeds", "7", "--teacher-time", "an hour"], "--teacher-time an hour: expected"),
+        (["--seeds", "7", "--student-time", "0m", "--dry-run"], "--student-time 0m: expected"),
         (["--seeds", "7", "--student", "configs/none.yaml"], "--student configs/none.yaml: no"),
         (["--seeds", "7", "--episodes", "0"], "--episodes and --every must be at least 1"),
         (["--teacher-time", "60m"], "the following arguments are required: --seeds"),
