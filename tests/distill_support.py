@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import io
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import torch
 from conftest import tiny_config
 from toy_envs import register_goal
 
+from embodied_ppo.algo.batch import prepare_batch
 from embodied_ppo.config.schema import Config
 from embodied_ppo.runner.trainer import Trainer
 
@@ -26,6 +29,32 @@ def train(cfg: Config, run_dir: Path) -> Trainer:
     trainer = Trainer(cfg, run_dir, progress_stream=io.StringIO())
     trainer.train()
     return trainer
+
+
+def prepared(trainer: Trainer) -> partial:
+    """What prepares PPO's batch of the trainer's rollout, as the trainer's iteration does."""
+    a = trainer.cfg.algorithm
+    return partial(
+        prepare_batch, trainer.buffer, trainer.policy, a, trainer.in_reward_kl, trainer.reduce
+    )
+
+
+def chunked_means(student, buf, length: int) -> torch.Tensor:
+    """A recurrent `student`'s mean actions over rollout `buf`, each env's rows in order
+    (rows n*T + t), stepped one step at a time: each chunk of `length` steps from the state
+    stored before its first step (no gradient before it), a fresh state at an episode start."""
+    T, N = buf.starts.shape
+    means = []
+    for n in range(N):
+        for t in range(T):
+            if t % length == 0:
+                state = buf.states[t, n : n + 1].clone()
+            if buf.starts[t, n]:
+                state = torch.zeros_like(state)
+            obs = {k: v[t, n : n + 1] for k, v in buf.obs.items()}
+            dist, _, state = student.step(obs, state)
+            means.append(dist.mean)
+    return torch.cat(means)
 
 
 def teacher_config(seed: int = 0, keys: list[str] | None = None) -> Config:

@@ -14,6 +14,7 @@ gradient (docs/design.md, rules 3 and 7), and with equal weights it is torch's `
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
@@ -24,6 +25,25 @@ from torch.func import functional_call
 from embodied_ppo.algo.minibatches import chunks_time_major
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.distributions import DiagGaussian
+
+# The batch fields of the distillation loss beside PPO's (distill.objective ppo), after every
+# other field of a minibatch: the teachers' mean actions and each step's weight of the loss.
+KICKSTART_FIELDS = ("teacher_actions", "distill_coef")
+
+
+@dataclass(frozen=True)
+class DistillTerm:
+    """The distillation loss added to PPO's (distill.objective ppo, kickstarting): its error
+    (`action_error`'s `kind` and `delta`); its weight comes with the batch, one per step
+    (KICKSTART_FIELDS), so that a schedule changes no compiled graph."""
+
+    kind: Literal["mse", "huber"]
+    delta: float
+
+    def error(self, dist: DiagGaussian, targets: Tensor) -> Tensor:
+        """Each row's error (B,) of `dist`'s mean action against the teachers' `targets`."""
+        return action_error(dist.mean, targets, self.kind, self.delta)
+
 
 # The metrics of a step, in the order of its vector: the step reads "loss" and "approx_kl" (0
 # here: the update is not measured against the policy that collected the rollout).

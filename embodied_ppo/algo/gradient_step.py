@@ -121,9 +121,8 @@ class GradientStep:
         self._lr = torch.zeros((), dtype=torch.float32, device=self.device)
         self.kl_target = optim.desired_kl  # the adaptive schedule's aim in the next update
         self._kl_target = torch.zeros((), dtype=torch.float32, device=self.device)
-        self.loss = (
-            loss if loss is not None else MinibatchLoss(policy, algo, reference, settings.mirror)
-        )
+        mirror, distill = settings.mirror, settings.distill
+        self.loss = loss or MinibatchLoss(policy, algo, reference, mirror, distill)
         self.metric_names = self.loss.names
         self.notes = settings.notes or sys.stdout
         # Compiled, the gradient is torch.func.grad's, which torch.compile traces; eager, the

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
+from embodied_ppo.algo.distill_loss import DistillTerm
 from embodied_ppo.algo.kl import kl_estimate
 from embodied_ppo.algo.losses import ppo_loss
 from embodied_ppo.algo.minibatches import chunks_time_major
@@ -29,9 +30,12 @@ from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.distributions import DiagGaussian, Distribution
 
 
-def metric_names(algo: AlgorithmConfig, gaussian: bool, mirror: bool = False) -> list[str]:
+def metric_names(
+    algo: AlgorithmConfig, gaussian: bool, mirror: bool = False, distill: bool = False
+) -> list[str]:
     """The metrics of one (micro-)batch, in the order of the vectors the step returns
-    (`mirror`: the update learns from the env's mirror, and measures the policy's asymmetry)."""
+    (`mirror`: the update learns from the env's mirror, and measures the policy's asymmetry;
+    `distill`: the teachers' distillation loss is added to PPO's)."""
     names = ["loss", "policy_loss", "entropy", "approx_kl", "clipfrac", "dual_clipfrac"]
     if algo.loss_type == "actor_critic":
         names += ["value_loss", "value_clipfrac"]
@@ -41,6 +45,8 @@ def metric_names(algo: AlgorithmConfig, gaussian: bool, mirror: bool = False) ->
         names.append("std")
     if mirror:
         names.append("mirror_loss")
+    if distill:
+        names.append("distill_loss")
     return names
 
 
@@ -51,6 +57,8 @@ class MinibatchLoss:
         reference: frozen reference policy of the KL loss (used when algo.use_kl_loss).
         mirror: the env's mirror, where the update learns from it (`algorithm.symmetry`):
             every row is run beside its mirror (`_symmetric`).
+        distill: the distillation loss added to PPO's (distill.objective ppo); its fields
+            (`distill_loss.KICKSTART_FIELDS`) are the minibatch's last two.
     """
 
     def __init__(
@@ -59,11 +67,14 @@ class MinibatchLoss:
         algo: AlgorithmConfig,
         reference: ActorCritic | None = None,
         mirror: Mirror | None = None,
+        distill: DistillTerm | None = None,
     ) -> None:
         self.policy, self.algo = policy, algo
         self.reference = reference if algo.use_kl_loss else None
-        self.mirror = mirror
-        self.names = metric_names(algo, policy.is_gaussian, mirror is not None)
+        self.mirror, self.distill = mirror, distill
+        if distill is not None and (mirror is not None and algo.symmetry.augment):
+            raise ValueError("the teachers label the collected rows, not their mirrors")
+        self.names = metric_names(algo, policy.is_gaussian, mirror is not None, bool(distill))
         # A recurrent policy's minibatch rows are chunks of seq_len steps of one env, in order.
         self.seq_len = (algo.sequence_length or algo.rollout_steps) if policy.state_size else 0
 
@@ -80,7 +91,8 @@ class MinibatchLoss:
         if self.mirror is not None:
             return self._symmetric(params, buffers, mb, weights)
         dist, value, fields, weights = self._forward(params, buffers, mb, weights)
-        loss, metrics = self._ppo(dist, value, mb[0], fields, weights)
+        loss, metrics = self._ppo(dist, value, mb[0], fields[:5], weights)
+        loss = self._with_distill(loss, metrics, dist, fields[5:], weights)
         metrics["loss"] = loss.detach()
         return loss, torch.stack([metrics[n] for n in self.names])
 
@@ -92,9 +104,12 @@ class MinibatchLoss:
         weights: Tensor,
     ) -> tuple[Distribution, Tensor, tuple[Tensor, ...], Tensor]:
         """The policy's forward pass over the minibatch's rows: its distribution and values, and
-        the rows' actions, old log-probs, old values, advantages and returns and the `weights`,
-        all in the forward's row order (time-major for a recurrent policy)."""
+        the rows' actions, old log-probs, old values, advantages and returns (then the
+        distillation's fields, where it has them) and the `weights`, all in the forward's row
+        order (time-major for a recurrent policy)."""
         obs, *fields = mb[:6]
+        if self.distill is not None:
+            fields += mb[-2:]
         if not self.seq_len:
             dist, value = functional_call(self.policy, (params, buffers), (obs,))
             return dist, value, tuple(fields), weights
@@ -199,11 +214,31 @@ class MinibatchLoss:
         mirrored_dist, _ = functional_call(
             self.policy, (params, buffers), inputs, {"critic": False}
         )
-        loss, metrics = self._ppo(dist, value, mb[0], fields, weights)
+        loss, metrics = self._ppo(dist, value, mb[0], fields[:5], weights)
+        loss = self._with_distill(loss, metrics, dist, fields[5:], weights)
         asymmetry = mirror_loss_of(
             action_means(dist), action_means(mirrored_dist), self.mirror, weights
         )
         return self._with_mirror_loss(loss, metrics, asymmetry)
+
+    def _with_distill(
+        self,
+        loss: Tensor,
+        metrics: dict[str, Tensor],
+        dist: Distribution,
+        fields: tuple[Tensor, ...],
+        weights: Tensor,
+    ) -> Tensor:
+        """The `loss` plus each row's distillation error weighted by its coefficient
+        (`fields`: the teachers' actions and the coefficients, in the forward's row order);
+        the unweighted error is logged as distill_loss. Without a distillation: `loss`."""
+        if self.distill is None:
+            return loss
+        assert isinstance(dist, DiagGaussian)
+        targets, coef = fields
+        error = self.distill.error(dist, targets) * weights
+        metrics["distill_loss"] = error.detach().sum()
+        return loss + (error * coef).sum()
 
     def _with_mirror_loss(
         self, loss: Tensor, metrics: dict[str, Tensor], asymmetry: Tensor

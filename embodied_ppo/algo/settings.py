@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TextIO
 
+from embodied_ppo.algo.distill_loss import DistillTerm
 from embodied_ppo.algo.mirror import Mirror
 from embodied_ppo.config.schema import AlgorithmConfig, OptimConfig
 from embodied_ppo.core.types import Reduce
@@ -23,6 +24,8 @@ class UpdateSettings:
             rank-th block of the run's envs).
         mirror: the env's mirror, on the update's device, where `algorithm.symmetry` learns
             from it (None: no symmetry).
+        distill: the distillation loss added to PPO's (distill.objective ppo; None: PPO's
+            loss alone).
     """
 
     algo: AlgorithmConfig
@@ -33,6 +36,7 @@ class UpdateSettings:
     world: int = 1
     rank: int = 0
     mirror: Mirror | None = None
+    distill: DistillTerm | None = None
 
     @property
     def minibatch(self) -> int:

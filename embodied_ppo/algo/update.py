@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
+from embodied_ppo.algo.distill_loss import KICKSTART_FIELDS
 from embodied_ppo.algo.gradient_step import STEP_FIELDS, GradientStep, StepLoss
 from embodied_ppo.algo.minibatches import (
     Share,
@@ -89,6 +90,7 @@ class PPOUpdate:
         self.recurrent = policy.state_size > 0
         self.fields = MINIBATCH_FIELDS + (RECURRENT_FIELDS if self.recurrent else ())
         self.fields += mirror_fields(settings.mirror, self.recurrent)  # algorithm.symmetry
+        self.fields += KICKSTART_FIELDS if settings.distill is not None else ()
         self.step = GradientStep(policy, settings, reference, loss)
         self.names = self.step.metric_names
 

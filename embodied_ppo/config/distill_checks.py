@@ -5,6 +5,7 @@ themselves are checked against the env before a run starts: `runner.teachers`)."
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from embodied_ppo.config.distill_schema import DistillConfig
 from embodied_ppo.config.schema import CRITIC_FREE, Config
@@ -22,9 +23,10 @@ def check_distill(cfg: Config) -> None:
 
 
 def _check_distillation(cfg: Config) -> None:
-    """A distillation run: its teachers' names, its loss, and the PPO options it has no use
-    for (its update is the same machinery with the distillation loss: no rewards, advantages,
-    log-probabilities or critic)."""
+    """A distillation run: its teachers' names, its loss, and, learning by behaviour cloning
+    alone (distill.objective bc), the PPO options it has no use for (its update is the same
+    machinery with the distillation loss: no rewards, advantages, log-probabilities or
+    critic)."""
     d, a, o = cfg.distill, cfg.algorithm, cfg.optim
     for i, path in enumerate(d.teachers):
         require(
@@ -52,6 +54,16 @@ def _check_distillation(cfg: Config) -> None:
         "model.head: got 'categorical'; distillation learns a Gaussian policy's mean action "
         "(continuous actions)",
     )
+    if d.objective == "ppo":
+        _check_kickstart(cfg)
+        return
+    for name in ("coef", "coef_decay_steps"):
+        value = getattr(d, name)
+        require(
+            value == getattr(DistillConfig(), name),
+            f"distill.{name}: got {value!r} with distill.objective bc, which has no PPO loss "
+            "to weigh it against; use distill.objective ppo, or leave it out",
+        )
     switches = {  # on: refused
         "algorithm.recompute_old_logprobs": a.recompute_old_logprobs,
         "algorithm.recompute_advantages": a.recompute_advantages,
@@ -79,6 +91,30 @@ def _check_distillation(cfg: Config) -> None:
             f"{key}: got {given!r} with distill.teachers; a distillation run learns the "
             f"teachers' actions, not from rewards, advantages, values or a KL: use {allowed}",
         )
+
+
+def _check_kickstart(cfg: Config) -> None:
+    """distill.objective ppo: PPO's loss plus the weighted distillation loss, so PPO's options
+    stay open; refused is what would label or learn from actions the policy did not take."""
+    d = cfg.distill
+    require(
+        math.isfinite(d.coef) and d.coef >= 0,
+        f"distill.coef: got {d.coef}, expected a number >= 0",
+    )
+    require(
+        d.coef_decay_steps >= 0,
+        f"distill.coef_decay_steps: got {d.coef_decay_steps}, expected an integer >= 0",
+    )
+    require(
+        d.teacher_acts_steps == 0,
+        f"distill.teacher_acts_steps: got {d.teacher_acts_steps} with distill.objective ppo, "
+        "whose PPO loss learns from the policy's own actions; use 0",
+    )
+    require(
+        not cfg.algorithm.symmetry.augment,
+        "algorithm.symmetry.augment: got true with distill.objective ppo; the teachers label "
+        "the collected states, not their mirrors: use false (the mirror loss is allowed)",
+    )
 
 
 def _check_no_distillation(cfg: Config) -> None:
@@ -119,7 +155,10 @@ def _check_finetune(cfg: Config) -> None:
     if f.critic_warmup_updates == 0:
         return
     for given, why in (
-        (bool(cfg.distill.teachers), "a distillation run trains no critic"),
+        (
+            bool(cfg.distill.teachers) and cfg.distill.objective == "bc",
+            "a distillation run (distill.objective bc) trains no critic",
+        ),
         (a.adv_type in CRITIC_FREE, f"algorithm.adv_type {a.adv_type} has no critic"),
     ):
         require(

@@ -14,7 +14,7 @@ from embodied_ppo.config.keys import key as _key
 @dataclass(frozen=True)
 class DistillConfig:
     """The `distill:` block: a run that names teachers trains its policy (the student) to output
-    their mean actions on the states it visits, instead of PPO."""
+    their mean actions on the states it visits, instead of PPO or beside it."""
 
     teachers: list[str] = _key(
         list,
@@ -36,6 +36,20 @@ class DistillConfig:
         0,
         "env steps (of all processes) at the start of the run in which the teacher's mean "
         "action drives the envs instead of the policy's sampled one; 0: the policy acts always",
+    )
+    objective: Literal["bc", "ppo"] = _key(
+        "bc",
+        "bc: the policy learns only to output the teachers' mean actions; ppo: PPO on the "
+        "task's reward plus distill.coef times that loss (kickstarting: the policy also learns "
+        "from the reward, and can pass its teachers)",
+    )
+    coef: float = _key(
+        1.0, "objective ppo: the distillation loss's weight beside PPO's at the run's start"
+    )
+    coef_decay_steps: int = _key(
+        0,
+        "objective ppo: env steps (of all processes) over which distill.coef falls linearly "
+        "to 0; 0: it stays",
     )
 
 

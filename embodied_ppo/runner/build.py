@@ -9,6 +9,7 @@ from typing import TextIO
 
 import torch
 
+from embodied_ppo.algo.distill_loss import DistillTerm
 from embodied_ppo.algo.kl import InRewardKL
 from embodied_ppo.algo.reward_scaling import RewardScaler
 from embodied_ppo.algo.settings import UpdateSettings
@@ -274,7 +275,12 @@ def make_updater(
 ) -> PPOUpdate:
     """The PPO update of a run (compiled where trainer.compile says so), this process's part of
     it in a run of several; it keeps Adam's state. With `algorithm.symmetry` it learns from the
-    env's mirror (one env is built to read it)."""
+    env's mirror (one env is built to read it); with distill.objective ppo its loss adds the
+    teachers' distillation loss."""
+    d = cfg.distill
+    distill = None
+    if d.teachers and d.objective == "ppo":
+        distill = DistillTerm(d.loss, d.huber_delta)
     mirror = None
     if cfg.algorithm.symmetry.enabled:
         mirror = load_mirror(cfg).to(policy.action_low.device)
@@ -287,6 +293,7 @@ def make_updater(
         world=distributed.world_size(),
         rank=distributed.rank(),
         mirror=mirror,
+        distill=distill,
     )
     return PPOUpdate(policy, generator, settings, reference)
 

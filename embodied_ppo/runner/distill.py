@@ -11,12 +11,18 @@ the rollout with those labels as its actions; the update (`make_distill_update`:
 chunks, processes and gradient step, with `algo.distill_loss` as its loss, over the actor's
 parameters) trains the student; then the observation statistics are merged.
 
+With distill.objective ppo (kickstarting) the update is PPO's on the task's reward, the
+whole policy trained, and its loss adds the distillation loss weighted by distill.coef (falling
+linearly to 0 over distill.coef_decay_steps where given): `Distiller.batch` hands it PPO's batch
+with the labels and each step's weight beside it (`algo.distill_loss.KICKSTART_FIELDS`).
+
 The teachers are frozen actors (their own keys and normalizers); a run's checkpoints carry
 them, so a resume continues with the very teachers the run began with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TextIO
 
 import numpy as np
@@ -24,7 +30,7 @@ import torch
 from torch import Tensor
 
 from embodied_ppo.algo.batch import BATCH_FIELDS
-from embodied_ppo.algo.distill_loss import DistillLoss
+from embodied_ppo.algo.distill_loss import KICKSTART_FIELDS, DistillLoss
 from embodied_ppo.algo.settings import UpdateSettings
 from embodied_ppo.algo.update import PPOUpdate
 from embodied_ppo.config.schema import Config
@@ -74,6 +80,9 @@ class Distiller:
         self.key = d.teacher_key
         self.acting_steps = d.teacher_acts_steps
         self.teacher_acts = False
+        self.cloning = d.objective == "bc"  # else PPO's loss beside the distillation's
+        self.coef_start, self.coef_decay = d.coef, d.coef_decay_steps
+        self.coef = d.coef  # the distillation loss's weight in the next update (objective ppo)
         self.device = device
         self.labels: Tensor | None = None  # the last rollout's (T*N, A)
 
@@ -83,8 +92,10 @@ class Distiller:
 
     def begin(self, global_step: int) -> None:
         """Before the rollout that starts at `global_step`: whether the teacher drives the
-        envs in it (the rollouts that start within distill.teacher_acts_steps)."""
+        envs in it (the rollouts that start within distill.teacher_acts_steps), and the
+        distillation loss's weight in its update (objective ppo)."""
         self.teacher_acts = global_step < self.acting_steps
+        self.coef = distill_coef(self.coef_start, self.coef_decay, global_step)
 
     # ------------------------------------------------------------------ labels
     @torch.no_grad()
@@ -138,18 +149,31 @@ class Distiller:
         """Label every state of the collected rollout (T*N rows, kept for `batch`)."""
         self.labels = self.label(buffer.flat("obs")["obs"])
 
-    def batch(self, buffer: RolloutBuffer) -> dict:
-        """The update's batch of the rollout `label_rollout` labelled: its fields as PPO's
-        (flattened T*N), the teachers' labels of its observations as the actions."""
+    def batch(
+        self, buffer: RolloutBuffer, prepare: Callable[[], tuple[dict, dict[str, float]]]
+    ) -> tuple[dict, dict[str, float]]:
+        """The update's batch of the rollout `label_rollout` labelled, and its scalars. Behaviour
+        cloning: its fields as PPO's (flattened T*N), the teachers' labels of its observations
+        as the actions. Objective ppo: PPO's batch and scalars (`prepare`: the trainer's
+        `prepare_batch`), the labels and each step's weight (KICKSTART_FIELDS) beside them."""
         assert self.labels is not None, "label_rollout first"
+        if not self.cloning:
+            batch, scalars = prepare()
+            teacher_actions, distill_coef = KICKSTART_FIELDS
+            batch[teacher_actions] = self.labels
+            batch[distill_coef] = self.labels.new_full(self.labels.shape[:1], self.coef)
+            return batch, scalars
         batch = buffer.flat(*BATCH_FIELDS)
         batch["actions"] = self.labels
-        return batch
+        return batch, {}
 
     def scalars(self, scalars: dict[str, float]) -> dict[str, float]:
-        """An iteration's scalars as a distillation logs them: without PPO's approx_kl and early
-        stop and the critic's explained variance (nothing of them is trained on), with whether
-        the teacher acted (`charts/teacher_acts`, 1 or 0)."""
+        """An iteration's scalars as a distillation logs them: by behaviour cloning, without
+        PPO's approx_kl and early stop and the critic's explained variance (nothing of them is
+        trained on), with whether the teacher acted (`charts/teacher_acts`, 1 or 0); beside
+        PPO, all of PPO's and the distillation loss's weight (`charts/distill_coef`)."""
+        if not self.cloning:
+            return scalars | {"charts/distill_coef": self.coef}
         out = {k: v for k, v in scalars.items() if k not in _NOT_LOGGED}
         return out | {"charts/teacher_acts": float(self.teacher_acts)}
 
@@ -165,6 +189,14 @@ class Distiller:
             return self.label(obs).to(actions.dtype)
         tensors = map_obs(lambda x: torch.as_tensor(np.asarray(x), device=self.device), obs)
         return self.label(tensors).cpu().numpy().astype(actions.dtype, copy=False)
+
+
+def distill_coef(start: float, decay_steps: int, global_step: int) -> float:
+    """The distillation loss's weight beside PPO's at `global_step`: `start`, falling linearly
+    to 0 over `decay_steps` env steps (0: constant)."""
+    if decay_steps == 0:
+        return start
+    return start * max(0.0, 1.0 - global_step / decay_steps)
 
 
 def make_distiller(
@@ -186,9 +218,10 @@ def make_updates(
     reduce: Reduce | None,
     notes: TextIO | None,
 ) -> Updates:
-    """The updates of a run: a distillation's (`make_distill_update`), else PPO's, after a
-    critic warm-up where finetune asks for one (`finetune.make_ppo_updates`)."""
-    if cfg.distill.teachers:
+    """The updates of a run: a distillation's by behaviour cloning (`make_distill_update`), else
+    PPO's (with the distillation loss beside it, distill.objective ppo), after a critic warm-up
+    where finetune asks for one (`finetune.make_ppo_updates`)."""
+    if cfg.distill.teachers and cfg.distill.objective == "bc":
         return Updates(make_distill_update(cfg, policy, generator, reduce=reduce, notes=notes))
     return make_ppo_updates(cfg, policy, generator, reference, reduce=reduce, notes=notes)
 

@@ -253,10 +253,11 @@ class Trainer(RunState):
         t1 = time.perf_counter()
         buf = self.buffer
         auxiliary = self.auxiliary.after_collect(buf, self.global_step)
+        prepare = partial(prepare_batch, buf, self.policy, a, self.in_reward_kl, self.reduce)
         if self.distiller is None:
-            batch, extra = prepare_batch(buf, self.policy, a, self.in_reward_kl, self.reduce)
-        else:  # the teachers' labels of the rollout's states
-            batch, extra = self.distiller.batch(buf), {}
+            batch, extra = prepare()
+        else:  # the teachers' labels of the rollout's states (with PPO's fields, objective ppo)
+            batch, extra = self.distiller.batch(buf, prepare)
         refresh = None
         if a.recompute_advantages:
             refresh = partial(refresh_advantages, buf, self.policy, a, self.reduce)

@@ -10,6 +10,7 @@ import io
 import os
 import subprocess
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
@@ -19,7 +20,9 @@ from distill_support import (
     GOAL_KEYS,
     STUDENT_KEYS,
     RecordActions,
+    chunked_means,
     make_teacher,
+    prepared,
     student_config,
     train,
 )
@@ -48,7 +51,7 @@ def collected(cfg, run_dir):
     trainer = Trainer(cfg, run_dir, progress_stream=io.StringIO())
     trainer.distiller.begin(0)
     trainer._collect()
-    return trainer, trainer.distiller.batch(trainer.buffer)
+    return trainer, trainer.distiller.batch(trainer.buffer, prepared(trainer))[0]
 
 
 def teacher_means(path, obs):
@@ -141,21 +144,8 @@ def test_a_recurrent_student_learns_over_chunks_from_their_stored_states(tmp_pat
     mb = tuple(map_obs(lambda x: x[order], batch[f]) for f in trainer.updater.fields)
     loss, grads = step_gradient(trainer, mb)
     labels = batch["actions"][order]
-
-    def chunked_means(student):
-        means = []
-        for n in range(N):
-            for t in range(T):
-                if t % L == 0:
-                    state = buf.states[t, n : n + 1].clone()  # stored: no gradient before it
-                if buf.starts[t, n]:
-                    state = torch.zeros_like(state)
-                obs = {k: v[t, n : n + 1] for k, v in buf.obs.items()}
-                dist, _, state = student.step(obs, state)
-                means.append(dist.mean)
-        return torch.cat(means)
-
-    ref_loss, ref = reference_gradient(trainer.policy, chunked_means, labels, "mse", 0)
+    means = partial(chunked_means, buf=buf, length=L)
+    ref_loss, ref = reference_gradient(trainer.policy, means, labels, "mse", 0)
     assert loss == pytest.approx(ref_loss.item(), rel=1e-5)
     for name, grad in grads.items():
         assert torch.allclose(grad, ref[name], atol=1e-6), name
@@ -187,7 +177,7 @@ def test_the_student_reads_only_its_own_keys(tmp_path, teacher):
     trainer = train(student_config([teacher]), tmp_path / "run")
     trainer.distiller.begin(trainer.global_step)
     trainer._collect()
-    batch = trainer.distiller.batch(trainer.buffer)
+    batch = trainer.distiller.batch(trainer.buffer, prepared(trainer))[0]
     g = torch.Generator().manual_seed(3)
     # The privileged keys scrambled where the student reads them; the labels kept.
     scrambled = dict(batch["obs"])
@@ -326,6 +316,27 @@ def test_bad_inputs_are_one_line_exit_2_nothing_written(
         (
             {"distill": {"teachers": ["a"]}, "algorithm": {"symmetry": {"augment": True}}},
             "algorithm.symmetry.augment: got True with distill.teachers",
+        ),
+        (
+            {"distill": {"teachers": ["a"], "objective": "ppo", "teacher_acts_steps": 8}},
+            "distill.teacher_acts_steps: got 8 with distill.objective ppo",
+        ),
+        (
+            {
+                "distill": {"teachers": ["a"], "objective": "ppo"},
+                "algorithm": {"symmetry": {"augment": True}},
+            },
+            "algorithm.symmetry.augment: got true with distill.objective ppo",
+        ),
+        ({"distill": {"teachers": ["a"], "objective": "ppo", "coef": -1}}, "distill.coef: got -1"),
+        (
+            {"distill": {"teachers": ["a"], "objective": "ppo", "coef_decay_steps": -5}},
+            "distill.coef_decay_steps: got -5",
+        ),
+        ({"distill": {"teachers": ["a"], "coef": 2.0}}, "distill.coef: got 2.0 with distill.obj"),
+        (
+            {"distill": {"objective": "ppo"}},
+            "distill.objective: got 'ppo' without distill.teachers",
         ),
         ({"finetune": {"log_std": -1.0}}, "finetune.log_std: needs model.init_from"),
         ({"finetune": {"log_std": -9.0}}, "finetune.log_std: got -9.0"),

@@ -46,7 +46,15 @@ def test_a_distillation_resumes_bitwise_with_the_teachers_it_began_with(tmp_path
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
     reason="needs torch.distributed with the Gloo backend",
 )
-def test_two_processes_distil_like_one_process_with_all_envs(tmp_path):
+@pytest.mark.parametrize(
+    "objective",
+    [
+        ["distill.teacher_acts_steps=32"],  # behaviour cloning, the teacher acting first
+        ["distill.objective=ppo", "distill.coef=0.5", "distill.coef_decay_steps=64"],
+    ],
+    ids=["bc", "ppo"],
+)
+def test_two_processes_distil_like_one_process_with_all_envs(tmp_path, objective):
     teacher = make_teacher(tmp_path / "teacher")
     common = [
         f"env.id={GOAL}", "env.entry_point=toy_envs:GoalEnv", "model.hidden_sizes=[16]",
@@ -54,8 +62,7 @@ def test_two_processes_distil_like_one_process_with_all_envs(tmp_path):
         f"model.critic_obs_keys=[{','.join(TEACHER_KEYS)}]", "model.share_backbone=false",
         "model.recurrent=gru", "model.recurrent_size=8", "algorithm.sequence_length=4",
         "algorithm.rollout_steps=8", "algorithm.update_epochs=2", "algorithm.minibatch_size=8",
-        f"distill.teachers=[{teacher}]", "distill.teacher_acts_steps=32",
-        "trainer.total_steps=96", "trainer.device=cpu", "trainer.compile=false",
+        f"distill.teachers=[{teacher}]", *objective, "trainer.total_steps=96", "trainer.device=cpu", "trainer.compile=false",
         "trainer.checkpoint_interval=1",
     ]  # fmt: skip
     env = {
