@@ -5,9 +5,9 @@ whole or not at all. Every record a benchmark writes carries a `provenance` obje
 where its numbers come from:
 
     command   the command line that measured it (`python -m scripts.bench.<name> ...`)
-    commit    the repository's commit (`git rev-parse HEAD`), and `dirty`: whether tracked
-              files of the code (embodied_ppo/, envs/, scripts/, configs/, pyproject.toml)
-              differed from it
+    commit    the repository's commit (`git rev-parse HEAD`), and `dirty`: whether files of
+              the code (embodied_ppo/, envs/, scripts/, configs/, pyproject.toml) differed
+              from it, tracked ones changed or new ones git does not ignore
     date      when the record was written (UTC, ISO 8601)
     machine   CPU model, cores (and the cores this process may use), GPU model or null,
               Python, the operating system and the versions of torch, mujoco, gymnasium and
@@ -79,11 +79,13 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> tuple[str | None, bool | None]:
-    """The repository's commit and whether its code differs from it (None, None outside git)."""
+    """The repository's commit and whether its code differs from it: a changed tracked file
+    or a new one git does not ignore, such as a config not yet committed (None, None outside
+    git)."""
     head = _git("rev-parse", "HEAD")
     if head is None:
         return None, None
-    changed = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE)
+    changed = _git("status", "--porcelain", "--", *CODE)
     return head, bool(changed)
 
 

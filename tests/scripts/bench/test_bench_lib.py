@@ -39,6 +39,29 @@ def test_provenance_names_the_command_commit_date_and_machine(monkeypatch):
     assert records.check_provenance({"provenance": prov}, "x") == []
 
 
+def test_a_record_is_dirty_with_code_changed_or_added_but_not_ignored(tmp_path, monkeypatch):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                       check=True, capture_output=True)  # fmt: skip
+
+    git("init", "-q")
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "a.yaml").write_text("a: 1\n")
+    (tmp_path / ".gitignore").write_text("*.pyc\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "x")
+    monkeypatch.setattr(records, "ROOT", tmp_path)
+    assert records.commit()[1] is False
+    (tmp_path / "configs" / "b.pyc").write_text("")  # ignored
+    (tmp_path / "notes.txt").write_text("")  # outside the code
+    assert records.commit()[1] is False
+    (tmp_path / "configs" / "new.yaml").write_text("b: 2\n")  # a config not yet committed
+    assert records.commit()[1] is True
+    (tmp_path / "configs" / "new.yaml").unlink()
+    (tmp_path / "configs" / "a.yaml").write_text("a: 2\n")
+    assert records.commit()[1] is True
+
+
 def test_a_record_without_whole_provenance_is_named():
     prov = records.provenance("scripts.bench.arm", [])
     assert records.check_provenance({}, "arm.json") == ["arm.json: no provenance"]
