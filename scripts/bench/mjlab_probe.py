@@ -7,7 +7,8 @@ fixed commands in mjlab, the same way whichever trainer made it.
 
 POLICY.onnx is this package's export (`embodied-ppo export RUN --format onnx`) or the ONNX
 file mjlab's rsl_rl training writes beside its checkpoints: the policy reads mjlab's actor
-group (one input: that group; several: the groups by name) and returns the actions. For each
+group (one input: that group; several: the groups by name) and returns the actions (an export
+whose batch is fixed, as rsl_rl's is at one row, is called that many robots at a time). For each
 command (vx, vy in m/s, yaw rate in rad/s, in the robot's frame), `--envs` robots of the task's
 play configuration (no observation noise, no pushes, episodes without a time limit) are given
 that command and nothing else for `--seconds`; reported are the mean and spread over the robots
@@ -100,8 +101,32 @@ def fixed_command_env(task: str, envs: int, command: tuple[float, float, float],
     return env
 
 
-def run_one(session, env, seconds: float) -> dict:
-    """Drive `env` with the ONNX policy for `seconds`: the achieved velocities and falls."""
+def batched(session, rows: int, name: str = "the policy"):
+    """The ONNX policy `name` as a function of its feed (input name -> float32 array of `rows`
+    rows) returning its actions: one call where its inputs take any number of rows, calls of
+    the batch its export fixed otherwise (rsl_rl's ONNX files take one row)."""
+    import numpy as np
+
+    fixed = {i.shape[0] for i in session.get_inputs() if isinstance(i.shape[0], int)}
+    if not fixed:
+        return lambda feed: session.run(None, feed)[0]
+    size = fixed.pop()
+    if fixed or rows % size:
+        raise cli_args.BadInput(
+            f"--envs {rows}: {name} takes batches of {size}; give a multiple of it"
+        )
+
+    def run(feed: dict) -> np.ndarray:
+        parts = [session.run(None, {k: v[r : r + size] for k, v in feed.items()})[0]
+                 for r in range(0, rows, size)]  # fmt: skip
+        return np.concatenate(parts)
+
+    return run
+
+
+def run_one(session, policy, env, seconds: float) -> dict:
+    """Drive `env` with the ONNX policy for `seconds` (`policy`: `batched(session, ...)`):
+    the achieved velocities and falls."""
     import numpy as np
     import torch
 
@@ -115,7 +140,7 @@ def run_one(session, env, seconds: float) -> dict:
             n: obs["actor" if len(names) == 1 else n].cpu().numpy().astype(np.float32)
             for n in names
         }
-        action = torch.as_tensor(session.run(None, feed)[0], device=env.device)
+        action = torch.as_tensor(policy(feed), device=env.device)
         obs, _, terminated, _, _ = env.step(action)
         falls += int(terminated.sum())
         if step >= steps // 2:
@@ -144,15 +169,19 @@ def probe(args) -> None:
         if not policy.is_file():
             raise cli_args.BadInput(f"{policy}: no such ONNX file")
     tasks, commands = [_task(args, p) for p in args.policy], _commands(args.commands)
+    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+                for p in args.policy]  # fmt: skip
+    runners = [
+        batched(s, args.envs, p.name) for s, p in zip(sessions, args.policy, strict=True)
+    ]  # refused before any env is built
     for i, policy in enumerate(args.policy):
-        session = ort.InferenceSession(str(policy), providers=["CPUExecutionProvider"])
-        rows = []
+        session, rows = sessions[i], []
         print(f"{policy.name} on {tasks[i]}, {args.envs} robots x {args.seconds:g} s a command:")
         print("| command vx, vy, yaw | achieved vx | achieved vy | achieved yaw | falls |")
         print("|---|---:|---:|---:|---:|")
         for command in commands:
             env = fixed_command_env(tasks[i], args.envs, command, torch.device(args.device))
-            row = {"command": list(command), **run_one(session, env, args.seconds)}
+            row = {"command": list(command), **run_one(session, runners[i], env, args.seconds)}
             env.close()
             rows.append(row)
             (a, s) = row["achieved"], row["spread"]

@@ -24,3 +24,49 @@ def test_bad_input_is_one_line(tmp_path, args, line):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"scripts.bench.mjlab_probe: error: {line.format(**paths)}"
     assert not paths["out"].exists()
+
+
+def linear_policy(path, batch, weight):
+    """An ONNX policy `obs @ weight` built by hand, its rows fixed at `batch` (None: any)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows = batch if batch is not None else "batch"
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["obs", "w"], ["actions"])],
+        "policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [rows, weight.shape[0]])],
+        [helper.make_tensor_value_info("actions", TensorProto.FLOAT, [rows, weight.shape[1]])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+    ort = pytest.importorskip("onnxruntime")
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("batch", [None, 1, 2])
+def test_every_robot_gets_its_own_action_whatever_batch_the_export_fixed(tmp_path, batch):
+    # rsl_rl's ONNX files take one row: the probe of 2 robots used to stop at their first step.
+    import numpy as np
+
+    from scripts.bench.mjlab_probe import batched
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((5, 3)).astype(np.float32)
+    obs = rng.standard_normal((4, 5)).astype(np.float32)
+    session = linear_policy(tmp_path / "p.onnx", batch, weight)
+    actions = batched(session, 4)({"obs": obs})
+    assert actions.shape == (4, 3)
+    np.testing.assert_allclose(actions, obs @ weight, rtol=1e-5, atol=1e-6)
+
+
+def test_a_robot_count_the_fixed_batch_does_not_divide_is_one_line(tmp_path):
+    import numpy as np
+
+    from scripts.bench.lib.args import BadInput
+    from scripts.bench.mjlab_probe import batched
+
+    session = linear_policy(tmp_path / "p.onnx", 3, np.ones((5, 3), np.float32))
+    with pytest.raises(BadInput, match=r"^--envs 4: p.onnx takes batches of 3; give a multiple"):
+        batched(session, 4, "p.onnx")
