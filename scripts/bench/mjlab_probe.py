@@ -6,7 +6,8 @@ fixed commands in mjlab, the same way whichever trainer made it.
         --envs 64 --seconds 10 [--json OUT.json [OUT.json ...]]
 
 POLICY.onnx is this package's export (`embodied-ppo export RUN --format onnx`) or the ONNX
-file mjlab's rsl_rl training writes beside its checkpoints: the policy reads mjlab's actor
+file mjlab's rsl_rl training writes beside its checkpoints; a run directory (or a .pt checkpoint)
+of this package is exported so first, in the probe's own process. The policy reads mjlab's actor
 group (one input: that group; several: the groups by name) and returns the actions (an export
 whose batch is fixed, as rsl_rl's is at one row, is called that many robots at a time). For each
 command (vx, vy in m/s, yaw rate in rad/s, in the robot's frame), `--envs` robots of the task's
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from scripts.bench.lib import args as cli_args
@@ -62,6 +64,21 @@ def _commands(items: list[str]) -> list[tuple[float, float, float]]:
             raise cli_args.BadInput(f"--commands: got {item!r}; each is VX,VY,YAW")
         out.append(values)
     return out
+
+
+def _onnx(policy: Path, out: Path) -> Path:
+    """The ONNX file `policy` is, or where it is a run directory (or checkpoint) of this
+    package: its export to `out` (`embodied-ppo export RUN --format onnx` in this process, which
+    then loads mjlab once for the export and the probe)."""
+    if not (policy.is_dir() or policy.suffix == ".pt"):
+        return policy
+    from embodied_ppo.app.export import export_policy
+    from embodied_ppo.core.errors import UserError
+
+    try:
+        return Path(export_policy(policy, "onnx", out)[0])
+    except UserError as exc:
+        raise cli_args.BadInput(str(exc).splitlines()[0]) from None  # it names the path
 
 
 def _task(args, policy: Path) -> str:
@@ -166,11 +183,14 @@ def probe(args) -> None:
             f"--json: got {len(args.json)} files for {len(args.policy)} policies; give one each"
         )
     for policy in args.policy:
-        if not policy.is_file():
-            raise cli_args.BadInput(f"{policy}: no such ONNX file")
-    tasks, commands = [_task(args, p) for p in args.policy], _commands(args.commands)
-    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
-                for p in args.policy]  # fmt: skip
+        if not policy.exists():
+            raise cli_args.BadInput(f"{policy}: no such ONNX file or run directory")
+    commands = _commands(args.commands)
+    with tempfile.TemporaryDirectory() as work:
+        files = [_onnx(p, Path(work) / f"{i}.onnx") for i, p in enumerate(args.policy)]
+        tasks = [_task(args, f) for f in files]
+        sessions = [ort.InferenceSession(str(f), providers=["CPUExecutionProvider"])
+                    for f in files]  # fmt: skip
     runners = [
         batched(s, args.envs, p.name) for s, p in zip(sessions, args.policy, strict=True)
     ]  # refused before any env is built

@@ -68,17 +68,17 @@ fi
 echo "   rc=$?" | tee -a "$log"
 
 say "probes: commanded against achieved velocity"
-"$py" -m embodied_ppo export "$work/runs/ours" --format onnx --out "$work/ours.onnx" >>"$log" 2>&1
 theirs=$(find "$work/rsl/logs" -name '*.onnx' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -1 | cut -d' ' -f2)
 mkdir -p "$work/cmp/ours" "$work/cmp/rsl_rl"
-policies=() jsons=()  # the sides with a policy, probed in one process (mjlab loaded once)
-for side in ours rsl_rl; do
-    policy="$work/ours.onnx"
-    [ "$side" = rsl_rl ] && policy=$theirs
-    if [ -n "$policy" ] && [ -f "$policy" ]; then
-        policies+=("$policy") jsons+=("$work/cmp/probe_$side.json")
-    fi
-done
+# The sides with a policy, probed in one process (mjlab loaded once), which also exports ours
+# (a run directory) to ONNX as `embodied-ppo export` does.
+policies=() jsons=()
+if [ -f "$work/runs/ours/checkpoints/latest.pt" ]; then
+    policies+=("$work/runs/ours") jsons+=("$work/cmp/probe_ours.json")
+fi
+if [ -n "$theirs" ] && [ -f "$theirs" ]; then
+    policies+=("$theirs") jsons+=("$work/cmp/probe_rsl_rl.json")
+fi
 [ ${#policies[@]} -gt 0 ] && timeout 240 "$py" -m scripts.bench.mjlab_probe "${policies[@]}" \
     --task Mjlab-Velocity-Flat-Unitree-Go1 --device "${PROBE_DEVICE:-cuda}" \
     --envs "${PROBE_ENVS:-64}" --seconds "${PROBE_SECONDS:-6}" --json "${jsons[@]}" >>"$log" 2>&1

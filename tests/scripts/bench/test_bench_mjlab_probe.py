@@ -1,5 +1,6 @@
 """scripts/bench/mjlab_probe.py's bad input, which it refuses before mjlab loads: one line, exit 2,
-nothing written. (The probe itself runs in CI's mjlab environment: the relay-window test.)"""
+nothing written; and how it calls an export whose batch is fixed. (The probe itself runs in CI's
+mjlab environment: the relay-window test.)"""
 
 from __future__ import annotations
 
@@ -11,13 +12,20 @@ from bench_support import run_module
     ("args", "line"),
     [
         (["{a}", "{b}", "--json", "{out}"], "--json: got 1 files for 2 policies; give one each"),
-        (["{a}", "{missing}"], "{missing}: no such ONNX file"),
+        (["{a}", "{missing}"], "{missing}: no such ONNX file or run directory"),
+        # A run directory is exported first: one that holds no checkpoint stops there.
+        (
+            ["{run}", "--task", "T"],
+            "{run}: no checkpoint found (expected {run}/checkpoints/latest.pt)",
+        ),
         (["{a}"], "--task: {a} has no export JSON naming its task; give --task"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, args, line):
     paths = {k: tmp_path / f"{k}.onnx" for k in ("a", "b", "missing")}
     paths["out"] = tmp_path / "probe.json"
+    paths["run"] = tmp_path / "run"
+    paths["run"].mkdir()
     paths["a"].write_bytes(b"")
     paths["b"].write_bytes(b"")
     done = run_module("scripts.bench.mjlab_probe", *(a.format(**paths) for a in args))
