@@ -32,7 +32,9 @@ class ModelConfig:
         "(torch's own); a recurrent core is orthogonal with zero biases under either",
     )
     init_from: str | None = _key(
-        None, "a run or checkpoint whose weights and normalizer this run starts from"
+        None,
+        "a run or checkpoint whose weights and normalizer this run starts from: the same "
+        "policy, or one whose actor lacks model.actor_group_keys (grown into this one)",
     )
     actor_obs_keys: list[str] | None = _key(
         None, "Dict observations: keys the actor reads (and a deployed policy takes); null: all"

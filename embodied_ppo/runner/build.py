@@ -23,6 +23,7 @@ from embodied_ppo.io.checkpoint import load_checkpoint
 from embodied_ppo.io.checkpoint_state import RunCheckpoint
 from embodied_ppo.model.actor_critic import ActorCritic
 from embodied_ppo.model.encoders import CNNSpec, KeyGroupSpec
+from embodied_ppo.model.grow import grow, is_growth, spec_difference
 from embodied_ppo.model.spec import DictObsSpec, ObsKeySpec, PolicySpec, RecurrentSpec
 from embodied_ppo.runner import distributed
 from embodied_ppo.runner.auxiliary import load_mirror
@@ -158,13 +159,16 @@ def load_policy_weights(
 
 
 def init_from(policy: ActorCritic, path: str, device: torch.device) -> None:
-    """Load a saved policy's weights and normalizer into `policy` (model.init_from)."""
+    """Load a saved policy's weights and normalizer into `policy` (model.init_from): one of the
+    same architecture, or one whose actor lacks `policy`'s key group, grown into it
+    (model.grow)."""
     spec, weights = load_policy_weights(path, device, "model.init_from")
-    mine, theirs = policy.spec.to_dict(), spec.to_dict()
-    diff = sorted(
-        k for k in set(mine) | set(theirs) if k != "env_id" and mine.get(k) != theirs.get(k)
-    )
-    if diff:
+    if is_growth(policy.spec, spec):
+        try:
+            weights = grow(policy.spec, policy.state_dict(), spec, weights)
+        except ValueError as exc:
+            raise CheckpointError(f"model.init_from: {path} {exc}") from None
+    elif diff := spec_difference(policy.spec, spec):
         raise CheckpointError(
             f"model.init_from: {path} has a different {', '.join(diff)} than this config's policy"
         )
