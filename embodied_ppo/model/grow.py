@@ -5,7 +5,8 @@ layer starts at 0 (`actor_group_zero_init`), a group of further keys (a teacher'
 state). Every weight and normalizer statistic of the saved policy is carried over; the actor
 backbone's first layer is widened: its columns for the group's features are the new policy's
 own draws, every other column the saved one's. With the group silent, the grown policy acts as
-the saved one did, exactly, and training lets the new keys in as they become useful.
+the saved one did (to float rounding: the first layer also sums the group's zeros), and training
+lets the new keys in as they become useful.
 """
 
 from __future__ import annotations
