@@ -124,14 +124,15 @@ class QuadrupedBatch:
                 self.rngs[row] = {name: stream(seed, name) for name in STREAMS}
                 self.randomizers[row].seed(seed)
                 self.commands.restart(row)
-                self.level[row] = self.terrain.initial_level
                 self.started[row] = False
             elif self.started[row]:
                 self._end_episode(row)
+            rngs = self.rngs[row]
+            if not self.started[row]:  # the first episode (since a seeded reset)
+                self.level[row] = self.terrain.first_level(rngs["terrain"])
             self.started[row] = True
             self.randomizers[row].reset()
             self._episode_draws(row)
-            rngs = self.rngs[row]
             x, y, z = self.terrain.spawn(int(self.level[row]), rngs["terrain"])
             yaw = self.np_random[row].uniform(-math.pi, math.pi)
             self.robots.place(row, (x, y, z), yaw, self.np_random[row])

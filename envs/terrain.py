@@ -29,6 +29,9 @@ class FlatTerrain:
     levels = 1
     initial_level = 0
 
+    def first_level(self, rng: np.random.Generator) -> int:
+        return 0
+
     def height_at(self, xy: np.ndarray, out: np.ndarray) -> None:
         out[...] = 0.0
 
@@ -54,7 +57,10 @@ class RoughOptions:
     step_width: float = 0.3  # m
     roughness: float = 0.03  # m, amplitude of the noise of rough slopes (hardest level)
     curriculum: bool = True
-    initial_level: int = 0
+    # An env's level at its first episode: one level, or [low, high] to draw each env's
+    # uniformly from low..high (legged_gym's max_init_terrain_level), e.g. a policy trained
+    # on from another run starting where that run's curriculum had spread its envs.
+    initial_level: int | tuple[int, int] = 0
     seed: int = 0
 
 
@@ -68,7 +74,9 @@ def parse_options(value: Any) -> RoughOptions:
         if name not in given:
             continue
         key = f"terrain_options.{name}"
-        if name in ("levels", "initial_level", "seed"):
+        if name == "initial_level":
+            out[name] = _initial_level(given[name], key)
+        elif name in ("levels", "seed"):
             out[name] = tc.integer(given[name], key, low=0 if name != "levels" else 1)
         elif name == "curriculum":
             if not isinstance(given[name], bool):
@@ -77,14 +85,31 @@ def parse_options(value: Any) -> RoughOptions:
         else:
             out[name] = tc.number(given[name], key, low=0.0)
     options = RoughOptions(**{**base.__dict__, **out})
-    if options.initial_level >= options.levels:
+    top = (
+        options.initial_level
+        if isinstance(options.initial_level, int)
+        else options.initial_level[1]
+    )
+    if top >= options.levels:
         raise tc.TaskConfigError(
             "terrain_options.initial_level",
-            f"got {options.initial_level}, expected a level below levels ({options.levels})",
+            f"got {top}, expected a level below levels ({options.levels})",
         )
     if options.resolution <= 0 or options.cell_size < 2 * options.resolution:
         raise tc.TaskConfigError("terrain_options.resolution", "must be > 0 and < cell_size / 2")
     return options
+
+
+def _initial_level(value: Any, key: str) -> int | tuple[int, int]:
+    """A level (>= 0), or [low, high] with 0 <= low <= high."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            raise tc.TaskConfigError(key, f"got {value!r}, expected a level or [low, high]")
+        low, high = (tc.integer(v, key, low=0) for v in value)
+        if low > high:
+            raise tc.TaskConfigError(key, f"got {list(value)!r}, expected low <= high")
+        return (low, high) if low < high else low
+    return tc.integer(value, key, low=0)
 
 
 def _cell(kind: str, difficulty: float, o: RoughOptions, rng: np.random.Generator) -> np.ndarray:
@@ -126,7 +151,8 @@ class RoughTerrain:
     def __init__(self, spec: mujoco.MjSpec, options: RoughOptions) -> None:
         o = self.options = options
         self.levels = o.levels
-        self.initial_level = o.initial_level
+        first = o.initial_level
+        self.initial_level, self._initial_high = (first, first) if isinstance(first, int) else first
         rng = np.random.default_rng(o.seed)
         cells = [
             [_cell(kind, level / max(1, o.levels - 1), o, rng) for kind in KINDS]
@@ -197,6 +223,13 @@ class RoughTerrain:
             + h[iy + 1, ix + 1] * tx * ty
         )
         out[outside] = 0.0
+
+    def first_level(self, rng: np.random.Generator) -> int:
+        """An env's level at its first episode: `initial_level`, or a draw from its range (from
+        `rng` only then, so that a single level leaves every other draw as it was)."""
+        if self._initial_high == self.initial_level:
+            return self.initial_level
+        return int(rng.integers(self.initial_level, self._initial_high + 1))
 
     def spawn(self, level: int, rng: np.random.Generator) -> tuple[float, float, float]:
         """A start point on the platform of a random cell of `level`."""

@@ -238,6 +238,56 @@ def test_rough_terrain_levels_follow_the_walked_distance():
     assert spread == sorted(spread) and spread[-1] > spread[0]
 
 
+def test_a_range_of_initial_levels_draws_each_envs_first_level_from_its_terrain_stream():
+    from embodied_ppo_envs.quadruped_vector import QuadrupedVectorEnv
+    from embodied_ppo_envs.randomization import stream
+
+    options = {"levels": 6, "initial_level": [2, 4]}
+    env = gym.make(ROUGH, terrain_options=options)
+    inner = env.unwrapped
+    first = {}
+    for seed in range(30):
+        env.reset(seed=seed)
+        # By hand: the first draw of the env's terrain generator, then its spawn from the same.
+        rng = stream(seed, "terrain")
+        level = int(rng.integers(2, 5))
+        assert inner.level == level, seed
+        x, y, _ = inner.terrain.spawn(level, rng)
+        np.testing.assert_allclose(inner.data.qpos[:2], [x, y])
+        first[seed] = level
+    assert set(first.values()) == {2, 3, 4}  # every level of the range, none outside it
+    # Later episodes follow the curriculum; a seeded reset draws the same first level again.
+    env.reset(seed=7)
+    for _ in range(3):
+        env.step(np.zeros(12, np.float32))
+        env.reset()
+    env.reset(seed=7)
+    assert inner.level == first[7]
+    # The vector env draws each row's as its single env does.
+    vector = QuadrupedVectorEnv(4, terrain="rough", terrain_options=options)
+    vector.reset(seed=[3, 4, 5, 6])
+    assert [int(v) for v in vector.batch.level] == [first[s] for s in (3, 4, 5, 6)]
+    vector.close()
+    # One level draws nothing: the spawn is the terrain generator's first draw.
+    env = gym.make(ROUGH, terrain_options={"levels": 6, "initial_level": 3})
+    env.reset(seed=5)
+    x, y, _ = env.unwrapped.terrain.spawn(3, stream(5, "terrain"))
+    np.testing.assert_allclose(env.unwrapped.data.qpos[:2], [x, y])
+    assert env.unwrapped.level == 3
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [([4, 2], "low <= high"), ([0, 6], "below levels (6)"), ([1, 2, 3], "[low, high]"),
+     (-1, ">= 0"), (6, "below levels (6)")],
+)  # fmt: skip
+def test_a_bad_initial_level_names_its_key(value, words):
+    with pytest.raises(TaskConfigError) as info:
+        gym.make(ROUGH, terrain_options={"levels": 6, "initial_level": value})
+    assert info.value.key == "terrain_options.initial_level"
+    assert words in str(info.value)
+
+
 def test_the_heightfield_is_where_the_terrain_says():
     env = gym.make(ROUGH, terrain_options={"levels": 3})
     inner = env.unwrapped
