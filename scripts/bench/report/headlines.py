@@ -293,10 +293,12 @@ BUILDERS: dict[str, Callable[[], list[str]]] = {
     "gpu": gpu,
     "distillation": distillation.block,
     "distillation_seeds": distillation.seeds_block,
+    "grown": lambda: distillation.block(pipeline=distillation.GROWN),
+    "grown_seeds": lambda: distillation.seeds_block(pipeline=distillation.GROWN),
 }
 PAGES = {"README.md": ("legged", "speed", "mujoco", "results", "gpu"),
          "docs/performance.md": ("speed_detail",),
-         "docs/distillation.md": ("distillation", "distillation_seeds")}  # fmt: skip
+         "docs/distillation.md": ("distillation", "distillation_seeds", "grown", "grown_seeds")}  # fmt: skip
 
 
 def sources() -> list[tuple[str, dict]]:
@@ -325,7 +327,8 @@ def sources() -> list[tuple[str, dict]]:
                 "gpu_h200_4/learn/comparison.json",
                 "gpu_h200_3/mjlab_profile.json"):  # fmt: skip
         out.append((rel, load(rel)))
-    out += list(distillation.load_all().items())
+    for pipeline in (distillation.SCAN, distillation.GROWN):
+        out += list(distillation.load_all(pipeline=pipeline).items())
     return out
 
 

@@ -134,3 +134,66 @@ def test_each_seed_has_its_table_of_policies_in_the_seeds_order(tmp_path):
     second = lines[lines.index(heads[1]) :]
     assert not [x for x in second if x.startswith("| the same")]  # seed 101 has no such run
     assert row(second, "| blind student")[3] == "0.250 / 0.500 / 3"
+
+
+def write_grown(bench, name: str, seeds: dict[int, tuple[float, float]], at_75: bool = False):
+    """A record of the grown pipeline holding several seeds, its runs named <role>_<seed>:
+    seed -> (teacher's, student's linear error)."""
+    runs = {}
+    for seed, (teacher, student) in seeds.items():
+        blind_labels = (
+            ("at_60_min", "at_75_min", "at_85_min") if at_75 else ("at_60_min", "at_85_min")
+        )
+        for role, labels, lin, wall in (
+            ("teacher", ("final",), teacher, 900),
+            ("student", ("final",), student, 610),
+            ("blind", blind_labels, 0.3, 5100),
+        ):
+            evals = {lab: {"episodes": 20, "sweep": sweep(lin, 1), "global_step": 2_000_000}
+                     for lab in labels}  # fmt: skip
+            runs[f"{role}_{seed}"] = {"seed": seed, "eval": evals, "wall_s": wall}
+    prov = {"commit": "fedcba9876543210", "date": "2026-12-08T00:00:00+00:00",
+            "machine": {"cpu": "a CPU"}, "command": "python -m scripts.bench.quadruped record"}  # fmt: skip
+    (bench / name).write_text(json.dumps({"runs": runs, "provenance": prov}))
+
+
+def test_the_grown_pipeline_reads_several_seeds_from_one_record(tmp_path):
+    grown = distillation.GROWN
+    write_grown(
+        tmp_path, "quadruped_rough_grown_teacher.json", {101: (0.2, 0.22), 100: (0.2, 0.24)}
+    )
+    write_grown(tmp_path, "quadruped_rough_grown_teacher_103.json", {103: (0.25, 0.25)}, at_75=True)
+    write_record(tmp_path, 100, 0.2, 0.2)  # the other pipeline's record is not read
+    lines = distillation.block(tmp_path, grown)
+    assert "Seeds 100, 101, 103 (3)" in lines[0]
+    # The student over its teacher per seed, in the seeds' order, and the IQM of the three.
+    level0 = row(lines, "| 0 |")
+    assert level0[1] == f"{1.2 / 6 + 2 * 1.1 / 3 + 1.0 / 6:.2f} (1.20, 1.10, 1.00)"
+    assert level0[4] == f"{stats_iqm([0.24 / 0.3, 0.22 / 0.3, 0.25 / 0.3]):.2f} (0.80, 0.73, 0.83)"
+    assert lines[-1].count("](bench/quadruped_rough_grown_teacher") == 2
+    seeds = distillation.seeds_block(tmp_path, grown)
+    heads = [x for x in seeds if x.startswith("Seed ")]
+    assert [h.split(",")[0] for h in heads] == ["Seed 100", "Seed 101", "Seed 103"]
+    assert "[quadruped_rough_grown_teacher_103.json]" in heads[2] and "fedcba9" in heads[2]
+    last = seeds[seeds.index(heads[2]) :]
+    # Blind PPO's checkpoints show the minutes of their labels, the grown runs their own "+".
+    assert row(last, "| blind PPO |")[1] == "60 min"
+    assert row(last, "| teacher grown from it")[1:3] == ["+15 min", "2.0M"]
+    assert row(last, "| its blind student")[1:4] == ["+10 min", "2.0M", "0.250 / 0.500 / 1"]
+    assert row(last, "| blind PPO, 75 min")[1] == "75 min"  # an extra row where it was evaluated
+    assert not [x for x in seeds[: seeds.index(heads[2])] if x.startswith("| blind PPO, 75 min")]
+    # A seed without a policy of the block over seeds, or a role recorded twice, is refused.
+    record = json.loads((tmp_path / "quadruped_rough_grown_teacher_103.json").read_text())
+    del record["runs"]["student_103"]
+    (tmp_path / "quadruped_rough_grown_teacher_103.json").write_text(json.dumps(record))
+    with pytest.raises(BadInput, match="lacks student:final's sweep"):
+        distillation.block(tmp_path, grown)
+    write_grown(tmp_path, "quadruped_rough_grown_teacher_103.json", {101: (0.2, 0.2)})
+    with pytest.raises(BadInput, match="seed 101 has two distillation records of teacher"):
+        distillation.block(tmp_path, grown)
+
+
+def stats_iqm(values: list[float]) -> float:
+    """The IQM of three values by hand: the middle one weighs 2/3, the others 1/6 each."""
+    a, b, c = sorted(values)
+    return a / 6 + 2 * b / 3 + c / 6
