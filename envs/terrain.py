@@ -58,10 +58,15 @@ class RoughOptions:
     roughness: float = 0.03  # m, amplitude of the noise of rough slopes (hardest level)
     curriculum: bool = True
     # An env's level at its first episode: one level, or [low, high] to draw each env's
-    # uniformly from low..high (legged_gym's max_init_terrain_level), e.g. a policy trained
-    # on from another run starting where that run's curriculum had spread its envs.
+    # uniformly from low..high (legged_gym's max_init_terrain_level).
     initial_level: int | tuple[int, int] = 0
     seed: int = 0
+
+    @property
+    def initial_range(self) -> tuple[int, int]:
+        """The first levels' range, low and high included."""
+        first = self.initial_level
+        return (first, first) if isinstance(first, int) else first
 
 
 def parse_options(value: Any) -> RoughOptions:
@@ -85,11 +90,7 @@ def parse_options(value: Any) -> RoughOptions:
         else:
             out[name] = tc.number(given[name], key, low=0.0)
     options = RoughOptions(**{**base.__dict__, **out})
-    top = (
-        options.initial_level
-        if isinstance(options.initial_level, int)
-        else options.initial_level[1]
-    )
+    top = options.initial_range[1]
     if top >= options.levels:
         raise tc.TaskConfigError(
             "terrain_options.initial_level",
@@ -151,8 +152,7 @@ class RoughTerrain:
     def __init__(self, spec: mujoco.MjSpec, options: RoughOptions) -> None:
         o = self.options = options
         self.levels = o.levels
-        first = o.initial_level
-        self.initial_level, self._initial_high = (first, first) if isinstance(first, int) else first
+        self.initial_level, self._initial_high = o.initial_range
         rng = np.random.default_rng(o.seed)
         cells = [
             [_cell(kind, level / max(1, o.levels - 1), o, rng) for kind in KINDS]

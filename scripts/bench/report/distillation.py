@@ -98,16 +98,6 @@ def load_all(bench: Path | None = None, pipeline: Pipeline = SCAN) -> dict[str, 
     return {p.name: json.loads(p.read_text()) for p in paths}
 
 
-def _levels(run: dict, role: str, label: str) -> dict[int, dict[str, Any]]:
-    """One policy's evaluation of one seed, by terrain level."""
-    try:
-        evaluation = run["eval"][label]
-        sweep = evaluation["sweep"]
-    except KeyError as e:
-        raise BadInput(f"a distillation record lacks {role}:{label}'s sweep ({e})") from None
-    return {int(s["value"]): {**s, "episodes": evaluation["episodes"]} for s in sweep}
-
-
 @dataclass
 class Seed:
     """One seed's runs by role, and the record that holds them."""
@@ -117,9 +107,13 @@ class Seed:
     runs: dict[str, dict] = field(default_factory=dict)
 
     def levels(self, role: str, label: str) -> dict[int, dict[str, Any]]:
-        if role not in self.runs:
-            raise BadInput(f"a distillation record lacks {role}:{label}'s sweep ('{role}')")
-        return _levels(self.runs[role], role, label)
+        """One policy's evaluation of this seed, by terrain level."""
+        try:
+            evaluation = self.runs[role]["eval"][label]
+            sweep = evaluation["sweep"]
+        except KeyError as e:
+            raise BadInput(f"a distillation record lacks {role}:{label}'s sweep ({e})") from None
+        return {int(s["value"]): {**s, "episodes": evaluation["episodes"]} for s in sweep}
 
 
 def seeds_of(recs: dict[str, dict], pipeline: Pipeline = SCAN) -> dict[str, Seed]:
